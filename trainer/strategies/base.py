@@ -1,0 +1,61 @@
+"""The contract between the training loop and a strategy.
+
+The loop (trainer/loop.py) owns data loading, forward and backward, timing, telemetry and results; a strategy owns
+only what differs between single-node and collaborative training: the optimizer step (with any averaging), the
+start barrier, the collective stop condition and shutdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.config import RunConfig
+    from trainer.results import RoundRecord
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a strategy reports about one optimizer step.
+
+    :param averaging_seconds: part of the step's optimizer time spent blocked in matchmaking, all-reduce or state
+        averaging (0.0 for the baseline)
+    :param hivemind_epoch: the collective epoch after this step (the local step count's epoch for the baseline: 0)
+    :param peers: live peers the strategy knows of, itself included (1 for the baseline)
+    :param collective_samples: samples accumulated towards the target batch size (0 for the baseline)
+    """
+
+    averaging_seconds: float = 0.0
+    hivemind_epoch: int = 0
+    peers: int = 1
+    collective_samples: int = 0
+
+
+class RoundSink(Protocol):
+    """Where a strategy reports each averaging round (the loop fans it out to rounds.csv and the exporter)."""
+
+    def __call__(self, record: RoundRecord) -> None: ...
+
+
+class Strategy(Protocol):
+    name: str
+
+    def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
+        """Build the optimizer (and for Hivemind the DHT); raise ValueError/ConnectionError on bad peers."""
+
+    def wait_for_start(self) -> float:
+        """Block until the run may start (start barrier); return the seconds waited. Raise TimeoutError."""
+
+    def zero_grad(self) -> None: ...
+
+    def step(self, batch_size: int) -> StepOutcome:
+        """Apply the optimizer after backward, averaging as the strategy requires."""
+
+    def stop_reason(self) -> str | None:
+        """A collective reason to stop now (e.g. 'collective_finish'), or None to keep going."""
+
+    def finish(self, exit_reason: str) -> None:
+        """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut down."""
