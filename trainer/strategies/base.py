@@ -1,8 +1,8 @@
 """The contract between the training loop and a strategy.
 
-The loop (trainer/loop.py) owns data loading, forward and backward, timing, telemetry and results; a strategy owns
-only what differs between single-node and collaborative training: the optimizer step (with any averaging), the
-start barrier, the collective stop condition and shutdown.
+The loop (trainer/loop.py) owns data loading, forward and backward, timing, telemetry and results; a
+strategy owns only what differs between single-node and collaborative training: the optimizer step (with any
+averaging), the start barrier, the collective stop condition and shutdown.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 class StepOutcome:
     """What a strategy reports about one optimizer step.
 
-    :param averaging_seconds: part of the step's optimizer time spent blocked in matchmaking, all-reduce or state
-        averaging (0.0 for the baseline)
-    :param hivemind_epoch: the collective epoch after this step (the local step count's epoch for the baseline: 0)
+    :param averaging_seconds: part of the step's optimizer time spent blocked in matchmaking, all-reduce or
+        state averaging (0.0 for the baseline)
+    :param hivemind_epoch: the collective epoch after this step (0 for the baseline)
     :param peers: live peers the strategy knows of, itself included (1 for the baseline)
     :param collective_samples: samples accumulated towards the target batch size (0 for the baseline)
     """
@@ -42,6 +42,11 @@ class RoundSink(Protocol):
 
 class Strategy(Protocol):
     name: str
+    #: True when the strategy decides when the run ends (Hivemind's coordinated finish). The loop then does
+    #: not stop on its own conditions (max_steps, target_loss): it calls request_stop(reason) once when one
+    #: first holds and keeps stepping until stop_reason() returns a reason (the strategy bounds the overshoot,
+    #: e.g. to the next epoch boundary). False (baseline): the loop stops at once; request_stop is not called.
+    finishes_collectively: bool
 
     def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
         """Build the optimizer (and for Hivemind the DHT); raise ValueError/ConnectionError on bad peers."""
@@ -54,8 +59,14 @@ class Strategy(Protocol):
     def step(self, batch_size: int) -> StepOutcome:
         """Apply the optimizer after backward, averaging as the strategy requires."""
 
+    def request_stop(self, reason: str) -> None:
+        """The loop's own stop condition `reason` holds (only called when finishes_collectively)."""
+
     def stop_reason(self) -> str | None:
-        """A collective reason to stop now (e.g. 'collective_finish'), or None to keep going."""
+        """A reason to stop now, or None to keep going: 'collective_finish' (another peer ended the run), or
+        the reason given to request_stop once the collective stop it asked for is reached; the loop records it
+        as the exit reason."""
 
     def finish(self, exit_reason: str) -> None:
-        """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut down."""
+        """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut
+        down."""

@@ -1,0 +1,458 @@
+"""Build the Grafana dashboards of the testbed (dashboards/*.json) from plain Python data.
+
+Run ``python dashboards/src/build.py`` after editing this file; ``--check`` exits 1 when the committed JSON
+differs from what this source produces (tests/monitoring/test_dashboards.py runs the same check).
+
+Metric names come from trainer/telemetry.py (METRICS) and the recording rules of the prometheus role
+(roles/prometheus/templates/testbed.rules.yml.j2); the tests check both directions. Selectors, units and the
+datasource live in the constants below, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DASHBOARDS_DIR = Path(__file__).resolve().parents[1]
+
+# The datasource the grafana role provisions (roles/grafana/templates/datasources.yml.j2).
+DATASOURCE = {"type": "prometheus", "uid": "testbed-prometheus"}
+# Selectors of the template variables.
+RUN = 'run_id=~"$run_id"'
+TRAINER = 'run_id=~"$run_id", peer=~"$peer"'
+HOST = 'host=~"$host"'
+RATE = "$__rate_interval"
+
+PANEL_WIDTH = 12
+PANEL_HEIGHT = 8
+
+
+def target(
+    expr: str, legend: str, ref: str = "A", *, instant: bool = False, table: bool = False
+) -> dict[str, Any]:
+    """One PromQL query of a panel."""
+    return {
+        "datasource": DATASOURCE,
+        "expr": expr,
+        "legendFormat": legend,
+        "refId": ref,
+        "range": not instant,
+        "instant": instant,
+        "format": "table" if table else "time_series",
+    }
+
+
+def targets(*queries: tuple[str, str]) -> list[dict[str, Any]]:
+    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)]
+
+
+def timeseries(
+    title: str,
+    description: str,
+    queries: list[dict[str, Any]],
+    *,
+    unit: str = "short",
+    stacked: bool = False,
+    repeat: str | None = None,
+    minimum: float | None = None,
+) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 60 if stacked else 10,
+            "showPoints": "never",
+            "stacking": {"mode": "normal" if stacked else "none", "group": "A"},
+        },
+    }
+    if minimum is not None:
+        defaults["min"] = minimum
+    panel = {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": queries,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+    if repeat:
+        panel.update({"repeat": repeat, "repeatDirection": "h", "maxPerRow": 4})
+    return panel
+
+
+def stat(
+    title: str, description: str, queries: list[dict[str, Any]], *, unit: str = "short"
+) -> dict[str, Any]:
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": queries,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "value_and_name",
+        },
+    }
+
+
+def bargauge(title: str, description: str, queries: list[dict[str, Any]], *, unit: str) -> dict[str, Any]:
+    return {
+        "type": "bargauge",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": queries,
+        "fieldConfig": {"defaults": {"unit": unit, "min": 0, "max": 1}, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+            "displayMode": "gradient",
+        },
+    }
+
+
+def table(title: str, description: str, queries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": queries,
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {"showHeader": True},
+        "transformations": [
+            {"id": "labelsToFields", "options": {"mode": "columns"}},
+            {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}},
+        ],
+    }
+
+
+def query_variable(name: str, label: str, query: str, *, multi: bool) -> dict[str, Any]:
+    """A template variable filled from label values; with ``multi`` it offers "All" (regex .+)."""
+    return {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": multi,
+        "includeAll": multi,
+        "allValue": ".+" if multi else None,
+        "current": {},
+        "options": [],
+        "hide": 0,
+    }
+
+
+def layout(panels: list[dict[str, Any]], widths: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Give panels ids and grid positions, two per row unless a width is given (24 = full row)."""
+    widths = widths or {}
+    x = y = 0
+    placed = []
+    for panel_id, panel in enumerate(panels, start=1):
+        width = widths.get(panel["title"], PANEL_WIDTH)
+        if x + width > 24:
+            x, y = 0, y + PANEL_HEIGHT
+        placed.append({"id": panel_id, "gridPos": {"h": PANEL_HEIGHT, "w": width, "x": x, "y": y}, **panel})
+        x += width
+    return placed
+
+
+def dashboard(
+    uid: str, title: str, description: str, panels: list[dict[str, Any]], variables: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["testbed"],
+        "timezone": "utc",
+        "editable": False,
+        "graphTooltip": 1,
+        "refresh": "10s",
+        "time": {"from": "now-30m", "to": "now"},
+        "schemaVersion": 39,
+        "version": 1,
+        "templating": {"list": variables},
+        # the other dashboard, same time range and variables
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": ["testbed"],
+                "asDropdown": False,
+                "keepTime": True,
+                "includeVars": True,
+                "title": "Testbed",
+            }
+        ],
+        "panels": panels,
+        "annotations": {"list": []},
+    }
+
+
+def per_step(component: str) -> str:
+    """Mean seconds per step a peer spent in one component over the rate interval."""
+    return (
+        f"sum by (peer) (rate({component}_sum{{{TRAINER}}}[{RATE}]))"
+        f" / sum by (peer) (rate(trainer_step_seconds_count{{{TRAINER}}}[{RATE}]))"
+    )
+
+
+def quantile(q: float, histogram: str, by: str) -> str:
+    return f"histogram_quantile({q}, sum by (le, {by}) (rate({histogram}_bucket{{{TRAINER}}}[{RATE}])))"
+
+
+def experiment() -> dict[str, Any]:
+    panels = [
+        timeseries(
+            "Step time breakdown: $peer",
+            "Mean seconds per local step, stacked: waiting for data, forward/backward, and the optimizer "
+            "step (which includes the time the step was blocked on Hivemind averaging). One panel per peer.",
+            targets(
+                (per_step("trainer_data_loading_seconds"), "data"),
+                (per_step("trainer_compute_seconds"), "compute"),
+                (per_step("trainer_optimizer_seconds"), "optimizer + averaging"),
+            ),
+            unit="s",
+            stacked=True,
+            repeat="peer",
+            minimum=0,
+        ),
+        timeseries(
+            "Share of step time per peer",
+            "Recording rules peer:trainer_*_share:ratio_rate1m (1-minute window); a data share above the "
+            "alert threshold is a data-loading bottleneck.",
+            targets(
+                (f"peer:trainer_data_loading_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} data"),
+                (f"peer:trainer_compute_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} compute"),
+                (f"peer:trainer_optimizer_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} optimizer + averaging"),
+            ),
+            unit="percentunit",
+            minimum=0,
+        ),
+        timeseries(
+            "Step time p50 / p95",
+            "Quantiles of the local step duration per peer.",
+            targets(
+                (quantile(0.5, "trainer_step_seconds", "peer"), "{{peer}} p50"),
+                (quantile(0.95, "trainer_step_seconds", "peer"), "{{peer}} p95"),
+            ),
+            unit="s",
+        ),
+        timeseries(
+            "Averaging round duration",
+            "All-reduce time of Hivemind averaging rounds (blocking time where the all-reduce was not "
+            "measured), by peer and round kind: p50 and mean; and seconds per second spent averaging.",
+            targets(
+                (quantile(0.5, "trainer_averaging_seconds", "peer, kind"), "{{peer}} {{kind}} p50"),
+                (
+                    f"sum by (peer, kind) (rate(trainer_averaging_seconds_sum{{{TRAINER}}}[{RATE}]))"
+                    f" / sum by (peer, kind) (rate(trainer_averaging_seconds_count{{{TRAINER}}}[{RATE}]))",
+                    "{{peer}} {{kind}} mean",
+                ),
+                (f"peer:trainer_averaging_seconds:rate1m{{{TRAINER}}}", "{{peer}} {{kind}} s/s"),
+            ),
+            unit="s",
+        ),
+        timeseries(
+            "Averaging rounds by outcome",
+            "Averaging rounds started per minute, by outcome (ok, failed, timeout).",
+            targets(
+                (
+                    "60 * sum by (peer, outcome) "
+                    f"(rate(trainer_averaging_rounds_total{{{TRAINER}}}[{RATE}]))",
+                    "{{peer}} {{outcome}}",
+                ),
+            ),
+            unit="short",
+            minimum=0,
+        ),
+        stat(
+            "Failed averaging rounds",
+            "Rounds that failed or timed out since the peer started (the AveragingRoundsFailing alert "
+            "fires when their share is high).",
+            targets(
+                (
+                    f'sum by (peer) (trainer_averaging_rounds_total{{{TRAINER}, outcome!="ok"}})',
+                    "{{peer}}",
+                ),
+            ),
+        ),
+        timeseries(
+            "Samples per second",
+            "Training throughput per peer and of the whole run (recording rules, 1-minute window).",
+            targets(
+                (f"peer:trainer_samples:rate1m{{{TRAINER}}}", "{{peer}}"),
+                (f"run:trainer_samples:rate1m{{{RUN}}}", "total {{run_id}}"),
+            ),
+            unit="short",
+            minimum=0,
+        ),
+        timeseries(
+            "Steps per second",
+            "Local steps per second per peer.",
+            targets((f"sum by (peer) (rate(trainer_steps_total{{{TRAINER}}}[{RATE}]))", "{{peer}}")),
+            unit="short",
+            minimum=0,
+        ),
+        timeseries(
+            "Training loss",
+            "Loss of each peer's latest step.",
+            targets((f"trainer_loss{{{TRAINER}}}", "{{peer}}")),
+        ),
+        timeseries(
+            "Hivemind epoch",
+            "Collective epoch each peer is in (0 for the baseline).",
+            targets((f"trainer_hivemind_epoch{{{TRAINER}}}", "{{peer}}")),
+        ),
+        stat(
+            "Peers alive",
+            "Live peers in the DHT as each peer sees them, and trainer exporters Prometheus reaches.",
+            targets(
+                (f"max by (run_id) (trainer_peers{{{TRAINER}}})", "in DHT"),
+                ('sum(up{job="trainer", peer=~"$peer"})', "exporters up"),
+            ),
+        ),
+        bargauge(
+            "Progress towards the target batch size",
+            "Samples all peers accumulated in the current Hivemind epoch, as a share of the target batch "
+            "size.",
+            targets(
+                (
+                    f"max by (run_id) (trainer_collective_samples{{{TRAINER}}})"
+                    f" / max by (run_id) (trainer_target_batch_size{{{TRAINER}}} > 0)",
+                    "{{run_id}}",
+                ),
+            ),
+            unit="percentunit",
+        ),
+        stat(
+            "Run started",
+            "When the start barrier released each peer (milliseconds for Grafana's date unit).",
+            targets((f"(trainer_start_timestamp_seconds{{{TRAINER}}} > 0) * 1000", "{{peer}}")),
+            unit="dateTimeAsIso",
+        ),
+        table(
+            "Run settings",
+            "Settings of the run as reported by each peer (trainer_run_info).",
+            [target(f"trainer_run_info{{{TRAINER}}}", "", instant=True, table=True)],
+        ),
+    ]
+    variables = [
+        query_variable("run_id", "Run", "label_values(trainer_run_info, run_id)", multi=False),
+        query_variable("peer", "Peer", 'label_values(trainer_run_info{run_id=~"$run_id"}, peer)', multi=True),
+    ]
+    widths = {"Step time breakdown: $peer": 6, "Run settings": 24}
+    return dashboard(
+        "testbed-experiment",
+        "Testbed: Experiment",
+        "One training run: where step time goes, Hivemind averaging, throughput and progress.",
+        layout(panels, widths),
+        variables,
+    )
+
+
+def hosts() -> dict[str, Any]:
+    panels = [
+        timeseries(
+            "CPU busy",
+            "Share of CPU time not idle, per host (all cores).",
+            targets(
+                (
+                    f'1 - avg by (host) (rate(node_cpu_seconds_total{{{HOST}, mode="idle"}}[{RATE}]))',
+                    "{{host}}",
+                )
+            ),
+            unit="percentunit",
+            minimum=0,
+        ),
+        timeseries(
+            "Load average (1 min)",
+            "Runnable tasks, per host.",
+            targets((f"node_load1{{{HOST}}}", "{{host}}")),
+            minimum=0,
+        ),
+        timeseries(
+            "Memory used",
+            "Total minus available memory, per host.",
+            targets(
+                (
+                    f"node_memory_MemTotal_bytes{{{HOST}}} - node_memory_MemAvailable_bytes{{{HOST}}}",
+                    "{{host}}",
+                )
+            ),
+            unit="bytes",
+            minimum=0,
+        ),
+        timeseries(
+            "Network throughput",
+            "Bytes per second received and sent per host (all interfaces but loopback).",
+            targets(
+                (
+                    f'sum by (host) (rate(node_network_receive_bytes_total{{{HOST}, device!="lo"}}[{RATE}]))',
+                    "{{host}} received",
+                ),
+                (
+                    f"sum by (host) (rate(node_network_transmit_bytes_total"
+                    f'{{{HOST}, device!="lo"}}[{RATE}]))',
+                    "{{host}} sent",
+                ),
+            ),
+            unit="Bps",
+            minimum=0,
+        ),
+    ]
+    variables = [query_variable("host", "Host", "label_values(node_uname_info, host)", multi=True)]
+    return dashboard(
+        "testbed-hosts",
+        "Testbed: Hosts",
+        "CPU, memory and network of every host, from node_exporter.",
+        layout(panels),
+        variables,
+    )
+
+
+DASHBOARDS = {"experiment.json": experiment, "hosts.json": hosts}
+
+
+def render() -> dict[str, str]:
+    """File name → JSON text, exactly as committed."""
+    return {name: json.dumps(build(), indent=2, sort_keys=True) + "\n" for name, build in DASHBOARDS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed dashboard is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, text in render().items():
+        path = DASHBOARDS_DIR / name
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"out of date (run python dashboards/src/build.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+variable "peers" {
+  description = "Peer hosts in order; the first is the Hivemind bootstrap peer. Names must be peer-01, peer-02, ... (docs/architecture.md, Inventory)."
+  type = list(object({
+    name            = string
+    ansible_host    = string
+    cluster_address = string
+    vcpus           = number
+    memory_mb       = number
+  }))
+  nullable = false
+
+  validation {
+    condition     = length(var.peers) >= 1 && length(var.peers) <= 99
+    error_message = "peers must hold between 1 and 99 hosts (names are peer-01 ... peer-99)."
+  }
+
+  validation {
+    condition     = alltrue([for index, peer in var.peers : peer.name == format("peer-%02d", index + 1)])
+    error_message = "peers must be named peer-01, peer-02, ... in order, with no gaps."
+  }
+
+  validation {
+    condition = alltrue([
+      for peer in var.peers : can(cidrhost("${peer.ansible_host}/32", 0)) && can(cidrhost("${peer.cluster_address}/32", 0))
+    ])
+    error_message = "Every peer's ansible_host and cluster_address must be an IPv4 address."
+  }
+
+  validation {
+    condition = alltrue([
+      for peer in var.peers : peer.vcpus >= 1 && floor(peer.vcpus) == peer.vcpus && peer.memory_mb >= 512 && floor(peer.memory_mb) == peer.memory_mb
+    ])
+    error_message = "Every peer needs a whole number of vcpus (>= 1) and memory_mb (>= 512)."
+  }
+}
+
+variable "monitor" {
+  description = "The monitoring host (Prometheus, Grafana); named monitor in the inventory."
+  type = object({
+    ansible_host    = string
+    cluster_address = string
+    vcpus           = number
+    memory_mb       = number
+  })
+  nullable = false
+
+  validation {
+    condition     = can(cidrhost("${var.monitor.ansible_host}/32", 0)) && can(cidrhost("${var.monitor.cluster_address}/32", 0))
+    error_message = "monitor.ansible_host and monitor.cluster_address must be IPv4 addresses."
+  }
+
+  validation {
+    condition     = var.monitor.vcpus >= 1 && floor(var.monitor.vcpus) == var.monitor.vcpus && var.monitor.memory_mb >= 512
+    error_message = "monitor needs a whole number of vcpus (>= 1) and memory_mb >= 512."
+  }
+}
+
+variable "ssh_user" {
+  description = "The user Ansible logs in as (ansible_user for all hosts)."
+  type        = string
+  default     = "root"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-z_][a-z0-9_-]*$", var.ssh_user))
+    error_message = "ssh_user must be a POSIX user name (lower case letters, digits, _ and -)."
+  }
+}
+
+variable "ports" {
+  description = "Service ports, written as group vars for all hosts (defaults from docs/architecture.md, Inventory)."
+  type = object({
+    trainer_metrics = optional(number, 9410)
+    hivemind        = optional(number, 31337)
+    node_exporter   = optional(number, 9100)
+    prometheus      = optional(number, 9090)
+    grafana         = optional(number, 3000)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = alltrue([for port in values(var.ports) : port >= 1 && port <= 65535 && floor(port) == port])
+    error_message = "Every port must be a whole number from 1 to 65535."
+  }
+
+  validation {
+    condition     = length(distinct(values(var.ports))) == length(values(var.ports))
+    error_message = "The service ports must be distinct."
+  }
+}

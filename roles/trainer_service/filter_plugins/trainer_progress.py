@@ -1,0 +1,129 @@
+"""Filters that turn a trainer host's poll output into a state mapping and a one-line progress report."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+_REPORTED_COLUMNS = ("step", "hivemind_epoch", "loss", "peers")
+
+
+def testbed_unit_state(lines: list[str]) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` lines (``systemctl show`` plus HEADER/LAST of steps.csv) into a mapping.
+
+    ``last_step`` holds the last steps.csv row keyed by its header (empty before the first step).
+
+    >>> s = testbed_unit_state(["ActiveState=active", "HEADER=step,loss", "LAST=3,0.5"])
+    >>> s["ActiveState"], s["last_step"]
+    ('active', {'step': '3', 'loss': '0.5'})
+    >>> testbed_unit_state(["ActiveState=active", "HEADER=step,loss", "LAST=step,loss"])["last_step"]
+    {}
+    """
+    state: dict[str, Any] = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            state[key.strip()] = value.strip()
+    header = [c for c in state.get("HEADER", "").split(",") if c]
+    last = state.get("LAST", "").split(",")
+    has_row = bool(header) and len(last) == len(header) and last != header
+    state["last_step"] = dict(zip(header, last, strict=True)) if has_row else {}
+    return state
+
+
+def testbed_progress_line(host: Any) -> str:
+    """``peer-01  active  step 120  hivemind_epoch 3  loss 1.23  peers 4`` for one host's hostvars."""
+    name = host["inventory_hostname"]
+    state = host.get("_trainer_service_state") or {}
+    active = state.get("ActiveState", "unknown")
+    if active not in ("active", "activating") and state.get("Result"):
+        active = f"{active} ({state.get('Result')}, exit {state.get('ExecMainStatus', '?')})"
+    row = state.get("last_step") or {}
+    if not row:
+        return f"{name:<10} {active:<24} no step yet (start-up or start barrier)"
+    parts = []
+    for column in _REPORTED_COLUMNS:
+        value = row.get(column, "")
+        if column == "loss" and value:
+            value = f"{float(value):.4f}"
+        parts.append(f"{column} {value}")
+    return f"{name:<10} {active:<24} " + "  ".join(parts)
+
+
+def testbed_run_problem(outcome: dict[str, Any], summary_slurp: dict[str, Any], timeout: Any = None) -> str:
+    """Why a host's run is not complete ('' when it is), from wait.yml's outcome and a slurp of summary.json.
+
+    >>> import base64, json
+    >>> ok = {"content": base64.b64encode(json.dumps({"complete": True}).encode()).decode()}
+    >>> testbed_run_problem({"timed_out": False, "result": "success", "exit_status": 0}, ok)
+    ''
+    >>> summary = {"complete": False, "exit_reason": "start_timeout"}
+    >>> bad = {"content": base64.b64encode(json.dumps(summary).encode())}
+    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 3}, bad)
+    'exit_reason start_timeout (exit status 3)'
+    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 1}, {"failed": True})
+    'no summary.json (unit result exit-code, exit status 1)'
+    """
+    timed_out = str(outcome.get("timed_out", False)).lower() == "true"
+    content = summary_slurp.get("content") if isinstance(summary_slurp, dict) else None
+    summary = None
+    if content:
+        try:
+            summary = json.loads(base64.b64decode(content))
+        except ValueError:
+            summary = None
+    status = f"exit status {outcome.get('exit_status', '?')}"
+    if timed_out:
+        return f"still running after the {timeout} s timeout, stopped"
+    if summary is None:
+        return f"no summary.json (unit result {outcome.get('result', '?')}, {status})"
+    if not summary.get("complete", False):
+        return f"exit_reason {summary.get('exit_reason', '?')} ({status})"
+    return ""
+
+
+def testbed_run_problems(hosts: list[Any]) -> list[str]:
+    """``host: problem`` for every host (hostvars) whose trainer_service_problem is set and not empty.
+
+    >>> a = {"inventory_hostname": "a", "trainer_service_problem": "x"}
+    >>> b = {"inventory_hostname": "b", "trainer_service_problem": ""}
+    >>> testbed_run_problems([a, b, {"inventory_hostname": "c"}])
+    ['a: x']
+    """
+    problems = []
+    for host in hosts:
+        problem = host.get("trainer_service_problem") or ""
+        if problem:
+            problems.append(f"{host['inventory_hostname']}: {problem}")
+    return problems
+
+
+def testbed_join_multiaddr(address: str, multiaddrs: list[str], port: Any) -> str:
+    """The multiaddr other peers join the bootstrap peer at: its cluster address, its port and its peer id.
+
+    The bootstrap peer lists every address it listens on (loopback, container addresses, ...); the one other
+    hosts can reach is its cluster address, so that one is used, with the peer id taken from any line.
+    Returns '' when no line carries a peer id.
+
+    >>> testbed_join_multiaddr("10.0.0.5", ["/ip4/127.0.0.1/tcp/31337/p2p/QmAbc"], 31337)
+    '/ip4/10.0.0.5/tcp/31337/p2p/QmAbc'
+    >>> testbed_join_multiaddr("10.0.0.5", [], 31337)
+    ''
+    """
+    for line in multiaddrs:
+        _, sep, peer_id = line.strip().rpartition("/p2p/")
+        if sep and peer_id:
+            return f"/ip4/{address}/tcp/{int(port)}/p2p/{peer_id}"
+    return ""
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "testbed_unit_state": testbed_unit_state,
+            "testbed_progress_line": testbed_progress_line,
+            "testbed_run_problem": testbed_run_problem,
+            "testbed_run_problems": testbed_run_problems,
+            "testbed_join_multiaddr": testbed_join_multiaddr,
+        }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the local images (docs/architecture.md, "Images"), each only when missing or out of date:
+#   localhost/testbed-base:bookworm  debootstrap minbase + python3 + systemd, imported offline
+#   localhost/testbed-node:latest    base + the trainer role's pinned Python dependencies + Debian packages the
+#                                    other roles install (Ceph client and test cluster, Prometheus, node exporter),
+#                                    labelled with the hash of requirements/node.txt and of this recipe.
+# Usage: scripts/build-image.sh [base|node|all]   (default all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/images/containers.conf}
+export ANSIBLE_CONFIG=$repo/ansible.cfg
+what=${1:-all}
+base_image=localhost/testbed-base:bookworm
+node_image=localhost/testbed-node:latest
+build_container=testbed-image-build
+rootfs=${TESTBED_ROOTFS:-/var/tmp/testbed-rootfs}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# Debian packages baked into the node image so that runs do not apt-install them in every container.
+node_packages=(python3-venv python3-pip fuse3 ceph-fuse ceph-common ceph-mon ceph-mgr ceph-osd ceph-mds
+  prometheus prometheus-node-exporter nfs-common)
+# The host's CA bundle, mounted beside (not over) the image's own so that pip trusts the same proxies as the host.
+build_ca=/etc/testbed-build-ca.crt
+
+log() { echo "[build-image] $*" >&2; }
+timed() { local s=$SECONDS; "$@"; log "$1 ${2:-}: $((SECONDS - s)) s"; }
+
+build_base() {
+  if podman image exists "$base_image"; then log "$base_image present"; return; fi
+  if [ ! -x "$rootfs/usr/bin/python3" ]; then
+    rm -rf "$rootfs"
+    timed debootstrap --variant=minbase \
+      --include=python3,python3-apt,sudo,iproute2,procps,systemd,systemd-sysv,dbus \
+      bookworm "$rootfs" "$mirror" >/var/tmp/testbed-debootstrap.log
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb
+  fi
+  tar -C "$rootfs" -c . | podman import --change 'CMD ["/lib/systemd/systemd"]' \
+    --change 'STOPSIGNAL=SIGRTMIN+3' - "$base_image" >/dev/null
+  log "$base_image imported"
+}
+
+node_recipe_hash() {
+  { cat requirements/node.txt; printf '%s\n' "${node_packages[@]}"; cat roles/trainer/tasks/install.yml; } \
+    | sha256sum | cut -c1-16
+}
+
+cleanup_build_container() { podman rm -f -t 0 "$build_container" >/dev/null 2>&1 || true; }
+
+build_node() {
+  local want have
+  want=$(node_recipe_hash)
+  have=$(podman image inspect --format '{{ index .Labels "testbed.recipe" }}' "$node_image" 2>/dev/null || true)
+  if [ "$want" = "$have" ]; then log "$node_image up to date ($want)"; return; fi
+  log "building $node_image (recipe $want, image has '${have:-none}')"
+  cleanup_build_container
+  trap cleanup_build_container EXIT
+  # pip inside the container uses the host's pip configuration, local indexes and CA bundle (read-only).
+  local mounts=(-v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw)
+  for path in /etc/pip.conf /root/.config/pip/pip.conf /opt/wheels /opt/pypi /opt/pypi-more; do
+    if [ -e "$path" ]; then mounts+=(-v "$path:$path:ro"); fi
+  done
+  if [ -e /etc/ssl/certs/ca-certificates.crt ]; then
+    mounts+=(-v "/etc/ssl/certs/ca-certificates.crt:$build_ca:ro")
+  fi
+  # crun sometimes fails to create a container's cgroups while other containers start: retry.
+  local attempt
+  for attempt in 1 2 3; do
+    podman run -d --name "$build_container" --hostname "$build_container" "${mounts[@]}" \
+      "$base_image" >/dev/null && break
+    cleanup_build_container
+    [ "$attempt" = 3 ] && { log "could not start $build_container"; exit 1; }
+    sleep 2
+  done
+  podman exec "$build_container" systemctl is-system-running --wait >/dev/null || true
+  timed podman exec "$build_container" bash -euc \
+    "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq
+     apt-get install -y -qq --no-install-recommends ${node_packages[*]} >/dev/null
+     systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+     apt-get clean"
+  timed "$repo/.venv/bin/ansible-playbook" -i "$build_container," -c containers.podman.podman \
+    -e "{\"trainer_pip_environment\": {\"PIP_CERT\": \"$build_ca\", \"PIP_NO_CACHE_DIR\": \"1\"}}" \
+    playbooks/build-image.yml
+  podman exec "$build_container" bash -c 'rm -rf /root/.cache /tmp/*'
+  podman stop -t 10 "$build_container" >/dev/null
+  timed podman commit --change 'CMD ["/lib/systemd/systemd"]' --change 'STOPSIGNAL=SIGRTMIN+3' \
+    --change "LABEL testbed.recipe=$want" --change "LABEL testbed.requirements-sha256=$(sha256sum requirements/node.txt | cut -d' ' -f1)" \
+    "$build_container" "$node_image" >/dev/null
+  cleanup_build_container
+  trap - EXIT
+  log "$node_image built"
+}
+
+case $what in
+  base) build_base ;;
+  node) build_base; build_node ;;
+  all) build_base; build_node ;;
+  *) echo "usage: $0 [base|node|all]" >&2; exit 2 ;;
+esac

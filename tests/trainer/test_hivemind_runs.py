@@ -1,0 +1,301 @@
+"""Real Hivemind peers: separate ``trainer run`` processes on 127.0.0.1 (issues #2 and #7).
+
+Each test starts peers as the user would (the bootstrap peer first, the others with the multiaddr it writes),
+waits for them, then checks their results files and that none of their processes (DHT, averagers, p2pd)
+outlived them. Settings keep epochs short (a few steps each) so a run takes tens of seconds on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from trainer_testing import REPO, trainer_command, trainer_env
+
+from trainer.results import read_rounds, read_steps, read_summary
+
+pytestmark = [pytest.mark.hivemind, pytest.mark.slow]
+
+
+# small and quick: smallcnn, batch 16, 2 peers × 8 steps per epoch, 1 s matchmaking
+COMMON = [
+    "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic", "--batch-size", "16",
+    "--learning-rate", "0.05", "--vcpus", "1", "--metrics-port", "-1", "--listen", "/ip4/127.0.0.1/tcp/0",
+    "--matchmaking-time", "1", "--averaging-timeout", "20", "--finish-grace", "20",
+]  # fmt: skip
+
+
+class Peer:
+    """One ``trainer run`` process in its own session (so its whole process tree can be found and ended)."""
+
+    def __init__(self, name: str, results: Path, args: list[str], cgroup: Path | None = None) -> None:
+        self.name = name
+        self.results = results
+        self.log = results.parent / f"{name}.log"
+        command = trainer_command("run", "--peer-id", name, "--results-dir", str(results), *args)
+        env = dict(trainer_env(), PYTHONUNBUFFERED="1")
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=None if cgroup is None else lambda: _join_cgroup(cgroup),
+            )
+        self.session = self.process.pid
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"{self.name} did not finish within {timeout:.0f}s:\n{self.tail()}")
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.session, signal.SIGKILL)
+        for pid in session_processes(self.session):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def summary(self) -> dict:
+        summary = read_summary(self.results)
+        assert summary is not None, f"{self.name} wrote no summary.json:\n{self.tail()}"
+        return summary
+
+
+def _join_cgroup(cgroup: Path) -> None:
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def session_processes(session: int) -> list[int]:
+    """Live (non-zombie) processes of a session: a finished peer must leave none behind."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for_multiaddr(bootstrap: Peer, timeout: float = 90.0) -> str:
+    path = bootstrap.results / "multiaddrs.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().split()[0]
+        if bootstrap.process.poll() is not None:
+            pytest.fail(f"bootstrap peer exited early:\n{bootstrap.tail()}")
+        time.sleep(0.2)
+    pytest.fail(f"bootstrap peer wrote no multiaddrs.txt in {timeout:.0f}s:\n{bootstrap.tail()}")
+
+
+@pytest.fixture
+def peers(tmp_path):
+    """Start peers with ``start(name, args)``; every peer (its whole session) is killed at the end."""
+    started: list[Peer] = []
+
+    def start(name: str, args: list[str], cgroup: Path | None = None) -> Peer:
+        peer = Peer(name, tmp_path / name, args, cgroup)
+        started.append(peer)
+        return peer
+
+    yield start
+    for peer in started:
+        if peer.process.poll() is None:
+            peer.kill()
+        else:
+            for pid in session_processes(peer.session):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def finish_all(group: list[Peer], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for peer in group:
+        code = peer.wait(max(1.0, deadline - time.monotonic()))
+        assert code == 0, f"{peer.name} exited with {code}:\n{peer.tail()}"
+    time.sleep(0.5)
+    for peer in group:
+        left = session_processes(peer.session)
+        assert not left, f"{peer.name} left processes behind: {[_cmdline(pid) for pid in left]}"
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    return str(pid)
+
+
+def run_args(
+    run_id: str, *, expected: int, max_steps: int, tbs: int, start_timeout: float = 120
+) -> list[str]:
+    return [*COMMON, "--run-id", run_id, "--expected-peers", str(expected), "--max-steps", str(max_steps),
+            "--target-batch-size", str(tbs), "--start-timeout", str(start_timeout)]  # fmt: skip
+
+
+def epoch_boundaries(steps: list[dict]) -> list[dict]:
+    return [
+        row
+        for prev, row in zip(steps, steps[1:], strict=False)
+        if row["hivemind_epoch"] != prev["hivemind_epoch"]
+    ]
+
+
+def first_step_start(steps: list[dict]) -> float:
+    return steps[0]["timestamp"] - steps[0]["step_seconds"]
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("local_updates", [False, True], ids=["gradient-averaging", "local-updates"])
+def test_two_peers_average_and_agree(peers, local_updates):
+    lu_flag = "--local-updates" if local_updates else "--no-local-updates"
+    args = [*run_args(f"two-{int(local_updates)}", expected=2, max_steps=48, tbs=256), lu_flag]
+    first = peers("peer-01", args)
+    second = peers("peer-02", [*args, "--initial-peers", wait_for_multiaddr(first)])
+    finish_all([first, second], timeout=200)
+
+    summaries = [first.summary, second.summary]
+    for peer, summary in zip((first, second), summaries, strict=True):
+        assert summary["exit_reason"] in ("max_steps", "collective_finish"), peer.tail()
+        assert summary["complete"] is True
+        assert summary["hivemind_epoch"] >= 2, f"{peer.name} reached epoch {summary['hivemind_epoch']}"
+        rounds = read_rounds(peer.results)
+        ok = [r for r in rounds if r["outcome"] == "ok"]
+        kinds = {r["kind"] for r in ok}
+        assert kinds == ({"parameters"} if local_updates else {"gradients", "parameters"}), rounds
+        assert all(r["group_size"] == 2 and r["allreduce_seconds"] > 0 for r in ok), ok
+        assert len(ok) >= 2, rounds
+        assert not [r for r in rounds if r["outcome"] == "timeout"], rounds
+        steps = read_steps(peer.results)
+        boundaries = epoch_boundaries(steps)
+        assert boundaries and max(r["averaging_seconds"] for r in boundaries) > 0, (
+            "no step blocked on averaging"
+        )
+    assert {s["strategy_details"]["stop_requested_by"] for s in summaries} <= {"peer-01", "peer-02"}
+    # both applied the same last parameter-averaging round: same parameters
+    details = [s["strategy_details"] for s in summaries]
+    assert details[0]["hivemind_epoch"] == details[1]["hivemind_epoch"]
+    sample_a, sample_b = details[0]["final_params_sample"], details[1]["final_params_sample"]
+    assert sample_a == pytest.approx(sample_b, abs=1e-5), (sample_a, sample_b)
+    assert details[0]["final_params_norm"] == pytest.approx(details[1]["final_params_norm"], rel=1e-5)
+    if not local_updates:  # identical averaged gradients and optimizer: bit-identical parameters
+        assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
+
+
+@pytest.mark.timeout(240)
+def test_staggered_start_waits_for_the_last_peer(peers):
+    stagger = 12.0
+    args = run_args("stagger", expected=3, max_steps=30, tbs=384)
+    group = [peers("peer-01", args)]
+    address = wait_for_multiaddr(group[0])
+    for name in ("peer-02", "peer-03"):
+        time.sleep(stagger)
+        group.append(peers(name, [*args, "--initial-peers", address]))
+    finish_all(group, timeout=200)
+
+    summaries = [peer.summary for peer in group]
+    steps = [read_steps(peer.results) for peer in group]
+    arrived = [s["barrier_release_timestamp"] - s["start_wait_seconds"] for s in summaries]
+    starts = [first_step_start(rows) for rows in steps]
+    for peer, start in zip(group, starts, strict=True):
+        assert start >= max(arrived) - 0.5, f"{peer.name} stepped before the last peer arrived"
+    waits = [s["start_wait_seconds"] for s in summaries]
+    assert waits[0] > waits[1] > waits[2], waits
+    assert waits[0] - waits[2] == pytest.approx(2 * stagger, abs=8), waits
+    assert waits[1] - waits[2] == pytest.approx(stagger, abs=6), waits
+    assert max(starts) - min(starts) < 3.0, f"first steps {max(starts) - min(starts):.2f}s apart"
+    for peer, summary in zip(group, summaries, strict=True):
+        assert summary["exit_reason"] in ("max_steps", "collective_finish"), peer.tail()
+        assert read_rounds(peer.results), f"{peer.name} took part in no averaging round"
+
+
+@pytest.fixture
+def slow_cgroup():
+    """A cgroup v1 CPU quota of 0.3 CPU (needs root); None where cgroups cannot be made."""
+    root = Path("/sys/fs/cgroup/cpu")
+    path = root / f"hm-slow-{os.getpid()}"
+    try:
+        path.mkdir()
+        (path / "cpu.cfs_period_us").write_text("100000")
+        (path / "cpu.cfs_quota_us").write_text("30000")
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        yield None
+        return
+    yield path
+    for _ in range(50):
+        try:
+            path.rmdir()
+            break
+        except OSError:
+            time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+def test_peers_of_different_speeds_finish_together(peers, slow_cgroup):
+    args = run_args("speeds", expected=2, max_steps=40, tbs=256)
+    fast = peers("fast", args)
+    address = wait_for_multiaddr(fast)
+    if slow_cgroup is None:  # no cgroup: fewer threads is the only throttle left
+        slow = peers("slow", [*args, "--initial-peers", address])
+    else:
+        slow = peers("slow", [*args, "--initial-peers", address], cgroup=slow_cgroup)
+    finish_all([fast, slow], timeout=200)
+
+    summaries = {peer.name: peer.summary for peer in (fast, slow)}
+    epochs = {name: s["hivemind_epoch"] for name, s in summaries.items()}
+    assert abs(epochs["fast"] - epochs["slow"]) <= 1, epochs
+    reasons = {name: s["exit_reason"] for name, s in summaries.items()}
+    assert set(reasons.values()) <= {"max_steps", "collective_finish"}, reasons
+    assert "collective_finish" in reasons.values(), reasons
+    for peer in (fast, slow):
+        rounds = read_rounds(peer.results)
+        assert rounds, f"{peer.name} took part in no averaging round"
+        assert not [r for r in rounds if r["outcome"] == "timeout"], rounds
+        assert rounds[-1]["outcome"] == "ok", rounds[-3:]
+    if slow_cgroup is not None:
+        compute = {
+            peer.name: sorted(r["compute_seconds"] for r in read_steps(peer.results))[
+                len(read_steps(peer.results)) // 2
+            ]
+            for peer in (fast, slow)
+        }
+        assert compute["slow"] > compute["fast"], f"the CPU quota did not slow the peer down: {compute}"
+
+
+@pytest.mark.timeout(120)
+def test_expected_peer_that_never_comes(peers):
+    lonely = peers("lonely", run_args("lonely", expected=2, max_steps=10, tbs=256, start_timeout=6))
+    code = lonely.wait(100)
+    assert code == 3, lonely.tail()
+    errors = [line for line in lonely.log.read_text().splitlines() if line.startswith("trainer: error:")]
+    assert len(errors) == 1 and "1 of 2 expected peers arrived" in errors[0], lonely.tail()
+    summary = lonely.summary
+    assert summary["exit_reason"] == "start_timeout" and summary["complete"] is False
+    assert summary["steps"] == 0
+    assert not read_steps(lonely.results)
+    time.sleep(0.5)
+    assert not session_processes(lonely.session), "the peer left processes behind"

@@ -1,0 +1,107 @@
+"""The shared loop's stop rules, measured fields and the collective-finish hand-over, with stand-in strategies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from trainer.data import SyntheticImages
+from trainer.loop import LoopLimits, TrainingLoop
+from trainer.results import ResultsWriter, read_evals, read_steps
+from trainer.shutdown import StopSignals
+from trainer.stats import RunStats
+from trainer.strategies.base import StepOutcome
+from trainer.strategies.baseline import BaselineStrategy
+
+
+class CollectiveStandIn(BaselineStrategy):
+    """Finishes collectively: stops ``overshoot`` steps after the loop asked it to."""
+
+    finishes_collectively = True
+
+    def __init__(self, overshoot: int) -> None:
+        super().__init__()
+        self.overshoot = overshoot
+        self.requests: list[str] = []
+        self.remaining: int | None = None
+
+    def request_stop(self, reason: str) -> None:
+        self.requests.append(reason)
+        self.remaining = self.overshoot
+
+    def step(self, batch_size: int) -> StepOutcome:
+        super().step(batch_size)
+        if self.remaining is not None:
+            self.remaining -= 1
+        return StepOutcome(averaging_seconds=0.0, hivemind_epoch=self._steps // 4, peers=2, collective_samples=0)
+
+    def stop_reason(self) -> str | None:
+        return self.requests[0] if self.remaining is not None and self.remaining < 0 else None
+
+
+class SignalledStandIn(BaselineStrategy):
+    def __init__(self, signals: StopSignals, at_step: int) -> None:
+        super().__init__()
+        self.signals, self.at_step = signals, at_step
+
+    def step(self, batch_size: int) -> StepOutcome:
+        outcome = super().step(batch_size)
+        if self._steps == self.at_step:
+            self.signals.requested = True
+        return outcome
+
+
+def make_loop(strategy, tmp_path, *, max_steps=6, target=None, eval_every=0, signals=None):
+    from trainer.config import RunConfig
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+    strategy.setup(model, RunConfig(learning_rate=0.01), on_round=lambda record: None)
+    loader = DataLoader(SyntheticImages(size=64, seed=0), batch_size=8, shuffle=True, drop_last=True)
+    writer = ResultsWriter(tmp_path, write_evals=eval_every > 0)
+    loop = TrainingLoop(
+        model=model, strategy=strategy, train_loader=loader, val_loader=loader,
+        limits=LoopLimits(max_steps=max_steps, eval_every=eval_every, eval_batches=1), stats=RunStats(target_loss=target),
+        writer=writer, signals=signals,
+    )  # fmt: skip
+    return loop, writer
+
+
+def test_stops_at_max_steps_and_records_every_step(tmp_path) -> None:
+    loop, writer = make_loop(BaselineStrategy(), tmp_path, max_steps=20, eval_every=5)
+    assert loop.run() == "max_steps"  # 20 steps span 2.5 passes over the 8-batch loader
+    writer.close()
+    rows = read_steps(tmp_path)
+    assert [row["step"] for row in rows] == list(range(1, 21))
+    for row in rows:
+        assert row["samples"] == 8 and row["peers"] == 1 and row["averaging_seconds"] == 0.0
+        parts = row["data_seconds"] + row["compute_seconds"] + row["optimizer_seconds"]
+        assert 0 < parts <= row["step_seconds"] + 1e-6
+        assert row["compute_seconds"] > 0
+    walls = [row["wall_seconds"] for row in rows]
+    assert walls == sorted(walls) and walls[0] > 0
+    assert [row["step"] for row in read_evals(tmp_path)] == [5, 10, 15, 20]
+
+
+def test_target_loss_ends_the_run(tmp_path) -> None:
+    loop, writer = make_loop(BaselineStrategy(), tmp_path, max_steps=50, target=100.0)
+    assert loop.run() == "target_loss"
+    assert loop.step == 1 and loop.stats.time_to_target_loss_seconds > 0
+
+
+@pytest.mark.parametrize("own_reason", ["max_steps", "target_loss"])
+def test_collective_strategy_decides_when_to_stop(tmp_path, own_reason) -> None:
+    strategy = CollectiveStandIn(overshoot=3)
+    target = 100.0 if own_reason == "target_loss" else None
+    loop, writer = make_loop(strategy, tmp_path, max_steps=5, target=target)
+    assert loop.run() == own_reason
+    assert strategy.requests == [own_reason]  # asked exactly once
+    assert loop.step == (5 if own_reason == "max_steps" else 1) + 4  # trained on until the strategy said stop
+
+
+def test_signal_stops_after_the_current_step(tmp_path) -> None:
+    signals = StopSignals()
+    loop, writer = make_loop(SignalledStandIn(signals, at_step=3), tmp_path, max_steps=50, signals=signals)
+    assert loop.run() == "signal"
+    assert loop.step == 3

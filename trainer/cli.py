@@ -1,0 +1,71 @@
+"""The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
+plots)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from trainer.config import ConfigError, add_arguments, config_from_namespace
+
+# Imported only when their subcommand runs: each provides configure_parser(parser) and main(args) -> int.
+SUBCOMMAND_MODULES = {
+    "grid": ("trainer.grid", "run an experiment grid (resumable)"),
+    "report": ("trainer.report", "tables and plots from a results directory"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Reports bad flags as one line ``trainer: error: …`` with exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"trainer: error: {message}\n")
+
+
+def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The full parser; a grid/report module is imported only when ``arguments`` name its subcommand."""
+    parser = OneLineParser(prog="trainer", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    commands.required = True
+    run_parser = commands.add_parser(
+        "run",
+        help="train as a baseline or as one Hivemind peer",
+        description="Train an image classifier alone (baseline) or as one peer of a Hivemind run. Settings "
+        "come from flags or a YAML/JSON --config file using the same names with underscores; flags win.",
+    )
+    add_arguments(run_parser)
+    requested = next((a for a in arguments if not a.startswith("-")), None)
+    for name, (module_name, help_text) in SUBCOMMAND_MODULES.items():
+        sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(_module=module_name)
+        if requested == name:
+            _load(module_name).configure_parser(sub)
+    return parser
+
+
+def _load(module_name: str) -> ModuleType:
+    return importlib.import_module(module_name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(arguments).parse_args(arguments)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "run":
+        try:
+            config = config_from_namespace(args)
+        except ConfigError as exc:
+            print(f"trainer: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        from trainer.runner import run
+
+        return run(config)
+    return int(_load(args._module).main(args) or 0)

@@ -1,0 +1,389 @@
+"""Run settings: one typed, validated object per trainer run (serialised to ``config.json``).
+
+Settings come from three layers, later ones winning: the field defaults below, a YAML/JSON ``--config FILE``
+using the field names, and command-line flags (``--batch-size`` → ``batch_size``). :meth:`RunConfig.validate`
+checks every value once, before anything starts, and raises :class:`ConfigError` with one line naming the
+field and value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STRATEGIES = ("baseline", "hivemind")
+MODELS = ("resnet18", "smallcnn")
+DATASETS = ("synthetic", "fashion-mnist", "cifar10", "imagefolder")
+OPTIMIZERS = ("sgd", "adam")
+DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+
+_MULTIADDR = re.compile(
+    r"^/(?P<proto>ip4|ip6|dns|dns4|dns6)/(?P<host>[^/]+)"
+    r"/(?P<transport>tcp|udp)/(?P<port>\d+)"
+    r"(?P<quic>/quic(?:-v1)?)?"
+    r"(?:/p2p/(?P<peer>[1-9A-HJ-NP-Za-km-z]+))?$"
+)
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work, reported as ``<what> (<field>=<value>)`` before anything starts.
+
+    :param what: what is wrong, in words a user can act on
+    :param field: the ``RunConfig`` field at fault (None when the error is not about one field)
+    :param value: the offending value
+    """
+
+    def __init__(self, what: str, field: str | None = None, value: Any = None) -> None:
+        self.what = what
+        self.field = field
+        self.value = value
+        super().__init__(what if field is None else f"{what} ({field}={_show(value)})")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def _opt(help_text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": help_text, **extra}
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """Every setting of one trainer run.
+
+    :param strategy: ``baseline`` (one node, plain torch optimizer) or ``hivemind`` (one peer of a
+        collaborative run)
+    :param model: ``resnet18`` (torchvision, 10 classes, the study's model) or ``smallcnn`` (tiny, for fast
+        tests)
+    :param dataset: ``synthetic`` (in memory, learnable), ``fashion-mnist`` (idx files), ``cifar10``
+        (``cifar-10-batches-py`` pickles) or ``imagefolder`` (one folder per class)
+    :param data_root: where the dataset lives; default /usr/share/datasets/fashion-mnist for fashion-mnist,
+        required for cifar10 and imagefolder, unused for synthetic
+    :param batch_size: samples per local step
+    :param learning_rate: optimizer learning rate (> 0)
+    :param optimizer: ``sgd`` (momentum 0.9) or ``adam``
+    :param max_steps: local steps after which this peer stops (a Hivemind run may stop earlier collectively)
+    :param seed: seeds model initialisation, data order and synthetic data
+    :param vcpus: torch threads and CPU affinity (None: every core the process may use)
+    :param data_workers: DataLoader worker processes (0: load in the training process)
+    :param target_loss: training loss (mean of the last 10 steps) whose first crossing is the time to target;
+        reaching it ends the run (exit reason ``target_loss``). None: no target
+    :param eval_every: validation loss/accuracy every K steps into evals.csv (0: never)
+    :param eval_batches: validation batches per evaluation (0: the whole validation split)
+    :param run_id: the run this peer belongs to (label ``run_id`` on every metric; peers of one run share it)
+    :param peer_id: this peer's name (label ``peer``); default: the host name
+    :param results_dir: where config.json, steps.csv, rounds.csv, evals.csv and summary.json go
+    :param metrics_port: Prometheus exporter port (0: pick a free port, recorded in config.json; -1: no
+        exporter)
+    :param metrics_address: address the exporter binds to
+    :param target_batch_size: Hivemind: samples all peers together process per Hivemind epoch
+    :param local_updates: Hivemind: step the optimizer every local step and average parameters at epoch end
+        (True) or accumulate gradients and average them (False)
+    :param matchmaking_time: Hivemind: seconds spent forming an averaging group
+    :param averaging_timeout: Hivemind: seconds after which an averaging round is abandoned
+    :param listen: Hivemind: multiaddr the DHT/p2pd listens on
+    :param initial_peers: Hivemind: multiaddrs (with /p2p/ id) of peers to join; none: this is the bootstrap
+        peer
+    :param expected_peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
+    :param start_timeout: Hivemind: seconds to wait at the start barrier before giving up (exit status 3)
+    :param finish_grace: Hivemind: seconds a peer that is done keeps serving averaging for the others
+    :param config: the YAML/JSON file these settings were read from (informational)
+    :param overwrite: replace a finished run in ``results_dir`` instead of refusing
+
+    >>> RunConfig(strategy="baseline", model="smallcnn", max_steps=10).validate().batch_size
+    32
+    """
+
+    strategy: str = field(default="baseline", metadata=_opt("baseline | hivemind"))
+    model: str = field(default="resnet18", metadata=_opt("resnet18 | smallcnn"))
+    dataset: str = field(
+        default="synthetic", metadata=_opt("synthetic | fashion-mnist | cifar10 | imagefolder")
+    )
+    data_root: str | None = field(default=None, metadata=_opt("dataset directory", metavar="PATH"))
+    batch_size: int = field(default=32, metadata=_opt("samples per local step"))
+    learning_rate: float = field(default=0.01, metadata=_opt("learning rate"))
+    optimizer: str = field(default="sgd", metadata=_opt("sgd | adam"))
+    max_steps: int = field(default=1000, metadata=_opt("local steps before this peer stops"))
+    seed: int = field(default=0, metadata=_opt("random seed"))
+    vcpus: int | None = field(default=None, metadata=_opt("torch threads and CPU affinity (default: all)"))
+    data_workers: int = field(default=0, metadata=_opt("DataLoader worker processes"))
+    target_loss: float | None = field(default=None, metadata=_opt("stop when the training loss reaches this"))
+    eval_every: int = field(default=0, metadata=_opt("validate every K steps (0: never)", metavar="K"))
+    eval_batches: int = field(default=0, metadata=_opt("validation batches per evaluation (0: all)"))
+    run_id: str = field(default="local", metadata=_opt("run identifier (metric label run_id)"))
+    peer_id: str | None = field(
+        default=None, metadata=_opt("peer name (metric label peer; default hostname)")
+    )
+    results_dir: str = field(default="results", metadata=_opt("results directory", metavar="DIR"))
+    metrics_port: int = field(default=0, metadata=_opt("exporter port (0: free port, -1: none)", metavar="P"))
+    metrics_address: str = field(default="0.0.0.0", metadata=_opt("exporter bind address"))
+    target_batch_size: int = field(default=4096, metadata=_opt("Hivemind: samples per Hivemind epoch"))
+    local_updates: bool = field(default=False, metadata=_opt("Hivemind: local updates (parameter averaging)"))
+    matchmaking_time: float = field(default=5.0, metadata=_opt("Hivemind: matchmaking seconds"))
+    averaging_timeout: float = field(default=60.0, metadata=_opt("Hivemind: averaging round timeout (s)"))
+    listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))
+    initial_peers: list[str] = field(
+        default_factory=list, metadata=_opt("Hivemind: multiaddrs of peers to join", metavar="MULTIADDR")
+    )
+    expected_peers: int = field(default=1, metadata=_opt("Hivemind: peers to wait for before the first step"))
+    start_timeout: float = field(default=300.0, metadata=_opt("Hivemind: start barrier timeout (s)"))
+    finish_grace: float = field(default=30.0, metadata=_opt("Hivemind: seconds to keep serving when done"))
+    config: str | None = field(default=None, metadata=_opt("YAML/JSON settings file", metavar="FILE"))
+    overwrite: bool = field(default=False, metadata=_opt("replace a finished run in the results dir"))
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any], *, source: str = "settings") -> RunConfig:
+        """Build from field names (a config file's keys may use dashes), coercing types; unknown keys are
+        errors."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in values.items():
+            key = str(raw_key).replace("-", "_")
+            if key not in known:
+                raise ConfigError(f"unknown setting in {source}", key, value)
+            kwargs[key] = _coerce(known[key], value)
+        return cls(**kwargs)
+
+    @classmethod
+    def load_file(cls, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Read a YAML or JSON settings file into a dict of field names (not yet validated)."""
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError("config file not found", "config", str(path))
+        try:
+            text = file.read_text(encoding="utf-8")
+            data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"cannot parse config file: {first}", "config", str(path)) from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError("config file must hold a mapping of settings", "config", str(path))
+        return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+    @classmethod
+    def from_sources(cls, flags: dict[str, Any]) -> RunConfig:
+        """Merge defaults < ``flags['config']`` file < the other flags (only flags actually given)."""
+        values: dict[str, Any] = {}
+        config_file = flags.get("config")
+        if config_file:
+            values.update(cls.load_file(config_file))
+            values["config"] = str(config_file)
+        values.update(flags)
+        return cls.from_mapping(values, source="config file" if config_file else "settings")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ---------------------------------------------------------------- derived values
+
+    @property
+    def resolved_data_root(self) -> str | None:
+        return self.data_root if self.data_root else DEFAULT_DATA_ROOTS.get(self.dataset)
+
+    @property
+    def resolved_peer_id(self) -> str:
+        return self.peer_id or _hostname()
+
+    # ---------------------------------------------------------------- validation
+
+    def validate(self, *, check_paths: bool = True) -> RunConfig:
+        """Check every value; raise :class:`ConfigError` on the first that cannot work. Returns self."""
+        _choice("strategy", self.strategy, STRATEGIES)
+        _choice("model", self.model, MODELS)
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _at_least("batch_size", self.batch_size, 1)
+        if not self.learning_rate > 0:
+            raise ConfigError("learning rate must be positive", "learning_rate", self.learning_rate)
+        _at_least("max_steps", self.max_steps, 1)
+        _at_least("data_workers", self.data_workers, 0)
+        _at_least("eval_every", self.eval_every, 0)
+        _at_least("eval_batches", self.eval_batches, 0)
+        if self.target_loss is not None and not self.target_loss > 0:
+            raise ConfigError("target loss must be positive", "target_loss", self.target_loss)
+        if self.vcpus is not None:
+            host_cpus = os.cpu_count() or 1
+            _at_least("vcpus", self.vcpus, 1)
+            if self.vcpus > host_cpus:
+                raise ConfigError(f"more vcpus than this host has ({host_cpus})", "vcpus", self.vcpus)
+        if not -1 <= self.metrics_port <= 65535:
+            raise ConfigError(
+                "metrics port must be 0..65535 (0: free port, -1: none)", "metrics_port", self.metrics_port
+            )
+        for name, value in (("run_id", self.run_id), ("peer_id", self.peer_id)):
+            if value is not None and not _SAFE_ID.match(value):
+                raise ConfigError("use letters, digits, '.', '_' and '-' only", name, value)
+        _at_least("target_batch_size", self.target_batch_size, 1)
+        _at_least("expected_peers", self.expected_peers, 1)
+        for name in ("matchmaking_time", "averaging_timeout", "start_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError("must be a positive number of seconds", name, getattr(self, name))
+        if not self.finish_grace >= 0:
+            raise ConfigError("must be zero or more seconds", "finish_grace", self.finish_grace)
+        check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
+        for address in self.initial_peers:
+            check_multiaddr(address, field_name="initial_peers", require_peer_id=True)
+        if check_paths:
+            self._check_data_root()
+        return self
+
+    def _check_data_root(self) -> None:
+        if self.dataset == "synthetic":
+            return
+        root = self.resolved_data_root
+        if root is None:
+            raise ConfigError(f"dataset {self.dataset} needs --data-root", "data_root", None)
+        if not Path(root).is_dir():
+            raise ConfigError(f"data root not found: {root}", "data_root", root)
+
+
+def check_multiaddr(address: str, *, field_name: str, require_peer_id: bool) -> None:
+    """Check a multiaddr's shape (``/ip4|ip6|dns…/host/tcp|udp/port[/quic][/p2p/ID]``) without importing
+    hivemind."""
+    match = _MULTIADDR.match(address or "")
+    if match is None:
+        raise ConfigError(
+            "malformed multiaddr, expected /ip4/HOST/tcp/PORT[/p2p/PEER_ID]", field_name, address
+        )
+    host, proto = match["host"], match["proto"]
+    try:
+        if proto == "ip4":
+            ipaddress.IPv4Address(host)
+        elif proto == "ip6":
+            ipaddress.IPv6Address(host)
+        elif not _HOSTNAME.match(host):
+            raise ValueError(host)
+    except ValueError as exc:
+        raise ConfigError(f"malformed multiaddr: bad {proto} address {host!r}", field_name, address) from exc
+    if int(match["port"]) > 65535:
+        raise ConfigError("malformed multiaddr: port out of range", field_name, address)
+    if match["quic"] and match["transport"] != "udp":
+        raise ConfigError("malformed multiaddr: quic needs udp", field_name, address)
+    if require_peer_id and not match["peer"]:
+        raise ConfigError("initial peer multiaddr lacks /p2p/PEER_ID", field_name, address)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per ``RunConfig`` field; flags not given stay absent from the namespace (so a file can
+    set them)."""
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        default_text = f" (default: {f.default})" if f.default is not dataclasses.MISSING else ""
+        common: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+        if f.name == "local_updates":
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, help=help_text + default_text, **common
+            )
+        elif f.name == "overwrite":
+            parser.add_argument(flag, action="store_true", help=help_text, **common)
+        elif f.name == "initial_peers":
+            parser.add_argument(flag, nargs="*", metavar=f.metadata.get("metavar"), help=help_text, **common)
+        else:
+            parser.add_argument(
+                flag,
+                metavar=f.metadata.get("metavar", f.name.upper()),
+                help=help_text + default_text,
+                **common,
+            )
+
+
+def config_from_namespace(args: argparse.Namespace) -> RunConfig:
+    """The validated settings for ``trainer run``: defaults < --config file < flags."""
+    names = set(RunConfig.field_names())
+    flags = {k: v for k, v in vars(args).items() if k in names}
+    return RunConfig.from_sources(flags).validate()
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
+    """Turn a flag string or a file value into the field's type; raise ConfigError naming the field."""
+    type_text = str(f.type)
+    if value is None:
+        if "None" in type_text:
+            return None
+        raise ConfigError("a value is required", f.name, value)
+    try:
+        if type_text.startswith("list"):
+            items = value.split() if isinstance(value, str) else list(value)
+            return [str(item) for item in items]
+        if type_text.startswith("bool"):
+            return _to_bool(value)
+        if type_text.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            if (
+                isinstance(value, str)
+                and value.strip().lower() in ("", "none", "null")
+                and "None" in type_text
+            ):
+                return None
+            return int(value) if not isinstance(value, str) else int(value.strip(), 10)
+        if type_text.startswith("float"):
+            if (
+                isinstance(value, str)
+                and value.strip().lower() in ("", "none", "null")
+                and "None" in type_text
+            ):
+                return None
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        kind = type_text.split(" ")[0].split("|")[0]
+        raise ConfigError(f"not a valid {kind}", f.name, value) from exc
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown {name.replace('_', ' ')}, choose from {', '.join(choices)}", name, value)
+
+
+def _at_least(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ConfigError(f"{name.replace('_', ' ')} must be at least {minimum}", name, value)
+
+
+def _hostname() -> str:
+    import socket
+
+    name = socket.gethostname().split(".")[0] or "peer"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name)

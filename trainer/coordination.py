@@ -1,0 +1,175 @@
+"""Fair Hivemind runs: a start barrier and a collective finish, agreed through the run's DHT.
+
+Three run-scoped DHT keys, one subkey per peer (``<peer name>/<DHT peer id>``):
+
+- ``<run_id>_barrier``: a peer announces itself once it joined the DHT and holds the model state; every peer
+  waits until ``expected_peers`` announced (bounded by ``start_timeout``) before its first step;
+- ``<run_id>_stop``: the first peer whose own stop condition holds (max steps, target loss) publishes the
+  epoch at which everybody stops: the next epoch boundary. Every peer stops when its Hivemind epoch reaches
+  the smallest published stop epoch, so the last averaging round has every peer in it;
+- ``<run_id>_done``: a peer that stopped announces it, and waits (bounded) until the others did, serving
+  averaging and state downloads meanwhile, before it shuts its DHT down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: how long announcements live in the DHT (a run's keys never need to outlive it by much)
+ENTRY_LIFETIME_SECONDS = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    epoch: int
+    reason: str
+    peer: str
+
+
+class RunCoordinator:
+    """Start barrier and collective finish for one peer of a Hivemind run.
+
+    :param dht: the peer's running ``hivemind.DHT``
+    :param run_id: the run's id (the DHT key prefix shared with ``hivemind.Optimizer``)
+    :param peer_name: this peer's name (``--peer-id``), used in messages
+    :param expected_peers: peers that must announce themselves before anyone starts
+    :param poll_interval: seconds between DHT reads while waiting
+    """
+
+    def __init__(
+        self, dht: Any, run_id: str, peer_name: str, *, expected_peers: int, poll_interval: float = 0.2
+    ):
+        self.dht = dht
+        self.run_id = run_id
+        self.peer_name = peer_name
+        self.subkey = f"{peer_name}/{dht.peer_id.to_base58()}"
+        self.expected_peers = expected_peers
+        self.poll_interval = poll_interval
+        self.barrier_key = f"{run_id}_barrier"
+        self.stop_key = f"{run_id}_stop"
+        self.done_key = f"{run_id}_done"
+        self.released_at: float | None = None  # Unix time the barrier let this peer go
+        self._stop: StopRequest | None = None
+        self._pending_stop_read: Any = None
+        self._last_stop_read = 0.0
+
+    # ------------------------------------------------------------------ DHT helpers
+
+    def _store(self, key: str, value: Any) -> bool:
+        from hivemind.utils import get_dht_time
+
+        return bool(
+            self.dht.store(
+                key, subkey=self.subkey, value=value, expiration_time=get_dht_time() + ENTRY_LIFETIME_SECONDS
+            )
+        )
+
+    def _entries(self, key: str) -> dict[str, Any]:
+        found = self.dht.get(key, latest=True)
+        return _unwrap(found)
+
+    # ------------------------------------------------------------------ start barrier
+
+    def wait_for_peers(self, timeout: float) -> float:
+        """Announce this peer, wait until ``expected_peers`` did; return the seconds waited.
+
+        Raises TimeoutError naming how many (and which) peers arrived when ``timeout`` passes first.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        announced_at = 0.0
+        arrived: dict[str, Any] = {}
+        while True:
+            now = time.monotonic()
+            if now - announced_at > 10.0 or self.subkey not in arrived:
+                self._store(self.barrier_key, {"peer": self.peer_name, "time": time.time()})
+                announced_at = now
+            arrived = self._entries(self.barrier_key)
+            if len(arrived) >= self.expected_peers:
+                break
+            if time.monotonic() >= deadline:
+                names = sorted(str(entry.get("peer", key)) for key, entry in _as_dicts(arrived).items())
+                raise TimeoutError(
+                    f"start barrier timed out after {timeout:g}s: {len(arrived)} of {self.expected_peers} "
+                    f"expected peers arrived ({', '.join(names) or 'none'})"
+                )
+            time.sleep(self.poll_interval)
+        self.released_at = time.time()
+        waited = time.monotonic() - started
+        log.info("start barrier released after %.2fs: %d peers arrived", waited, len(arrived))
+        return waited
+
+    # ------------------------------------------------------------------ collective finish
+
+    def request_stop(self, epoch: int, reason: str) -> None:
+        """Publish that everybody stops when their epoch reaches ``epoch`` (the smallest request wins)."""
+        self._store(self.stop_key, {"epoch": int(epoch), "reason": reason, "peer": self.peer_name})
+        self._merge_stop(StopRequest(int(epoch), reason, self.peer_name))
+        log.info("requested a collective stop at epoch %d (%s)", epoch, reason)
+
+    def poll_stop(self) -> StopRequest | None:
+        """The agreed stop request so far; refreshes it from the DHT in the background (never blocks)."""
+        future = self._pending_stop_read
+        if future is not None and future.done():
+            self._pending_stop_read = None
+            try:
+                for entry in _as_dicts(_unwrap(future.result())).values():
+                    if "epoch" in entry:
+                        self._merge_stop(
+                            StopRequest(int(entry["epoch"]), str(entry.get("reason")), str(entry.get("peer")))
+                        )
+            except Exception as exc:  # a failed read is retried at the next poll
+                log.debug("reading the stop key failed: %r", exc)
+        now = time.monotonic()
+        if self._pending_stop_read is None and now - self._last_stop_read >= self.poll_interval:
+            self._last_stop_read = now
+            self._pending_stop_read = self.dht.get(self.stop_key, latest=True, return_future=True)
+        return self._stop
+
+    def _merge_stop(self, request: StopRequest) -> None:
+        if self._stop is None or request.epoch < self._stop.epoch:
+            self._stop = request
+
+    @property
+    def stop(self) -> StopRequest | None:
+        return self._stop
+
+    def announce_done(self, reason: str, epoch: int) -> None:
+        self._store(
+            self.done_key,
+            {"peer": self.peer_name, "reason": reason, "epoch": int(epoch), "time": time.time()},
+        )
+
+    def wait_for_others_done(self, timeout: float) -> tuple[float, int, int]:
+        """Wait until every peer that passed the barrier announced it is done, at most ``timeout`` seconds.
+
+        Returns (seconds waited, peers done, peers expected).
+        """
+        started = time.monotonic()
+        expected = max(self.expected_peers, len(self._entries(self.barrier_key)))
+        done: dict[str, Any] = {}
+        while True:
+            done = self._entries(self.done_key)
+            if len(done) >= expected or time.monotonic() - started >= timeout:
+                break
+            time.sleep(max(self.poll_interval, 0.5))
+        return time.monotonic() - started, len(done), expected
+
+
+def _unwrap(found: Any) -> dict[str, Any]:
+    """A DHT ``get`` result for a key with subkeys as {subkey: value}."""
+    if found is None:
+        return {}
+    value = getattr(found, "value", found)
+    if not isinstance(value, dict):
+        return {}
+    return {str(subkey): getattr(item, "value", item) for subkey, item in value.items()}
+
+
+def _as_dicts(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {key: value for key, value in entries.items() if isinstance(value, dict)}

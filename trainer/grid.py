@@ -1,0 +1,130 @@
+"""``trainer grid FILE``: list or run every experiment of a grid file (format: trainer/grid_spec.py).
+
+trainer grid grids/thesis.yml --dry-run            # every run, its settings and id, and the totals
+trainer grid grids/smoke.yml                       # run them (skipping complete ones), one after another
+trainer grid grids/thesis.yml --only "strategy == 'baseline' and batch_size == 32" --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from trainer.grid_expr import ExpressionError, compile_expression, evaluate
+from trainer.grid_spec import Grid, GridError, Run, load_grid
+from trainer.grid_status import experiment_complete
+from trainer.grid_vars import PLAYBOOK_VARS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run (or list with --dry-run) a grid file's experiments through the experiment playbook."
+    )
+    parser.add_argument("file", type=Path, help="grid file (YAML), e.g. grids/smoke.yml")
+    parser.add_argument(
+        "--inventory", type=Path, help="Ansible inventory (default: ansible.cfg's, the local cluster)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print every run and the totals; touch no host"
+    )
+    parser.add_argument(
+        "--only",
+        metavar="EXPR",
+        help="run only runs matching this expression over the settings, 'repeat' and 'block', "
+        'e.g. "peers == 2 and local_updates"',
+    )
+    parser.add_argument(
+        "--repeat", type=int, metavar="N", help="repeat every setting N times (overrides the blocks' repeats)"
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=REPO_ROOT / "results",
+        help="the controller's results directory the experiment playbook writes to (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--playbook-dir",
+        type=Path,
+        default=REPO_ROOT / "playbooks",
+        help="directory with experiment.yml and teardown.yml (default: %(default)s)",
+    )
+
+
+def select_runs(grid: Grid, only: str | None) -> list[Run]:
+    """The grid's runs matching `only` (all when None); raise GridError for a bad expression."""
+    if not only:
+        return list(grid.runs)
+    try:
+        expression = compile_expression(only)
+    except ExpressionError as error:
+        raise GridError(f"--only: {error}") from None
+    selected = []
+    for run in grid.runs:
+        names = {var: None for var in PLAYBOOK_VARS}
+        names.update(run.settings, repeat=run.repeat, block=run.block)
+        try:
+            if evaluate(expression, names):
+                selected.append(run)
+        except ExpressionError as error:
+            raise GridError(f"--only: {error}") from None
+    return selected
+
+
+def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> None:
+    """The dry-run listing: one line per run, then totals per strategy."""
+    print(f"grid {grid.name} ({grid.path})", file=out)
+    if grid.description:
+        print(f"  {grid.description}", file=out)
+    width = max((len(run.experiment_id) for run in runs), default=0)
+    complete = 0
+    for run in runs:
+        done = experiment_complete(results_dir, run.experiment_id)
+        complete += done
+        settings = " ".join(f"{key}={value}" for key, value in run.settings.items())
+        mark = "done" if done else "todo"
+        print(
+            f"{run.index:4d} {mark} {run.experiment_id:<{width}}  {run.block} r{run.repeat}  {settings}",
+            file=out,
+        )
+    counts = {}
+    for run in runs:
+        counts[run.strategy] = counts.get(run.strategy, 0) + 1
+    totals = ", ".join(f"{count} {strategy} runs" for strategy, count in sorted(counts.items()))
+    print(
+        f"total: {len(runs)} runs ({totals or 'none'}); {complete} complete, {len(runs) - complete} to run",
+        file=out,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        grid = load_grid(args.file, repeats=args.repeat)
+        runs = select_runs(grid, args.only)
+        if args.inventory is not None and not args.inventory.exists():
+            raise GridError(f"--inventory: no such file or directory: {args.inventory}")
+        if not args.dry_run:
+            for name in ("experiment.yml", "teardown.yml"):
+                if not (args.playbook_dir / name).is_file():
+                    raise GridError(f"--playbook-dir: {args.playbook_dir / name} does not exist")
+    except GridError as error:
+        print(f"trainer: error: {error}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print_runs(grid, runs, args.results_dir, sys.stdout)
+        return 0
+    if not runs:
+        print(f"grid {grid.name}: no run matches --only {args.only!r}")
+        return 0
+    from trainer.grid_runner import GridRunner, Playbooks
+
+    playbooks = Playbooks(
+        playbook_dir=args.playbook_dir.resolve(),
+        project_dir=args.playbook_dir.resolve().parent,
+        inventory=args.inventory.resolve() if args.inventory else None,
+        artifacts_dir=(args.results_dir / f"grid-{grid.name}.runner").resolve(),
+    )
+    return GridRunner(grid, runs, results_dir=args.results_dir.resolve(), playbooks=playbooks).run()

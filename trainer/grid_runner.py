@@ -1,0 +1,308 @@
+"""Run a grid's experiments one after another through the experiment playbook (ansible-runner).
+
+Runs whose results are complete are skipped, so an interrupted or partly failed grid resumes where it stopped.
+A failed run is recorded and the grid goes on with the next one (after tearing the failed run's cluster down).
+Ctrl-C (SIGINT) or SIGTERM cancels the running playbook, tears the experiment down with `teardown.yml` and
+stops; a second Ctrl-C during the teardown gives up waiting for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainer.grid_spec import Grid, Run
+from trainer.grid_status import GridStatus, experiment_complete, read_experiment
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class PlaybookResult:
+    status: str  # ansible-runner's: successful, failed, canceled, timeout
+    rc: int | None
+    log: Path | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Playbooks:
+    """Runs `experiment.yml` and `teardown.yml` from `playbook_dir` with ansible-runner.
+
+    :param playbook_dir: directory holding experiment.yml and teardown.yml (the repository's playbooks/)
+    :param project_dir: working directory of ansible-playbook (where ansible.cfg is found)
+    :param inventory: inventory passed with -i; None uses ansible.cfg's default (the local cluster)
+    :param artifacts_dir: ansible-runner's private data dir; each playbook run's output lands in
+        ``artifacts/<ident>/stdout`` below it
+    """
+
+    playbook_dir: Path
+    project_dir: Path
+    inventory: Path | None
+    artifacts_dir: Path
+
+    def run(
+        self, name: str, extravars: dict[str, Any], ident: str, cancel: Callable[[], bool]
+    ) -> PlaybookResult:
+        import ansible_runner
+
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        # ansible-playbook must come from the same environment as this process (the venv), activated or not
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(self.artifacts_dir),
+                project_dir=str(self.project_dir),
+                playbook=str(self.playbook_dir / name),
+                inventory=str(self.inventory) if self.inventory else None,
+                extravars=extravars,
+                ident=ident,
+                envvars={"PATH": path, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
+                quiet=True,
+                cancel_callback=_GracefulCancel(cancel),
+                suppress_env_files=True,
+                settings={"pexpect_timeout": 1},
+            )
+        except Exception as error:  # ansible-runner's own failures: record them as a failed run
+            logger.debug("ansible-runner failed", exc_info=True)
+            return PlaybookResult(status="error", rc=None, log=None, error=f"ansible-runner: {error}")
+        log = self.artifacts_dir / "artifacts" / ident / "stdout"
+        return PlaybookResult(status=runner.status, rc=runner.rc, log=log if log.exists() else None)
+
+
+class _GracefulCancel:
+    """ansible-runner's cancel callback: interrupt ansible-playbook first, kill it only if it does not stop.
+
+    ansible-runner cancels by SIGKILL to the playbook's process group, but ansible's workers run in their own
+    sessions and survive that. SIGINT to ansible-playbook is forwarded to its workers, so it goes first; after
+    `grace` seconds the callback returns True and ansible-runner kills what is left.
+    """
+
+    def __init__(self, requested: Callable[[], bool], grace: float = 30.0) -> None:
+        self.requested = requested
+        self.grace = grace
+        self.interrupted_at: float | None = None
+
+    def __call__(self) -> bool:
+        if not self.requested():
+            return False
+        if self.interrupted_at is None:
+            self.interrupted_at = time.monotonic()
+            for pid in _child_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+            return False
+        return time.monotonic() - self.interrupted_at > self.grace
+
+
+def _child_pids() -> list[int]:
+    """Direct children of this process (ansible-runner's pexpect child is ansible-playbook)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid():
+            children.append(int(stat.parent.name))
+    return children
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the playbook's cancel callback reads (not KeyboardInterrupt)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.event = threading.Event()
+        self.signals = 0
+        self.out = out
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, frame: object) -> None:
+        self.signals += 1
+        self.event.set()
+        if self.signals == 1:
+            print("\ngrid: stopping: cancelling the running experiment, then tearing it down", file=self.out)
+        else:
+            print("grid: second interrupt: not waiting for the teardown", file=self.out)
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def forced(self) -> bool:
+        return self.signals > 1
+
+
+def format_duration(seconds: float) -> str:
+    """'1h02m', '3m05s' or '12s'."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def failure_message(log: Path | None, limit: int = 300) -> str:
+    """The telling line of a failed playbook's output: the last 'fatal'/'ERROR!' line, else the last line."""
+    if log is None:
+        return "no playbook output"
+    try:
+        text = _ANSI_ESCAPE.sub("", log.read_text(errors="replace"))
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+    except OSError:
+        return "no playbook output"
+    for line in reversed(lines):
+        if line.startswith(("fatal:", "ERROR!", "failed:")):
+            return line[:limit]
+    return lines[-1][:limit] if lines else "no playbook output"
+
+
+class GridRunner:
+    """Runs the given runs of a grid (see module docstring).
+
+    :param results_dir: the controller's results directory (`results/`): resume reads
+        `<results_dir>/<experiment_id>/experiment.json`; the status file is
+        `<results_dir>/grid-<name>.status.json`
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        runs: list[Run],
+        *,
+        results_dir: Path,
+        playbooks: Playbooks,
+        out: TextIO = sys.stdout,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.grid = grid
+        self.runs = runs
+        self.results_dir = results_dir
+        self.playbooks = playbooks
+        self.out = out
+        self.clock = clock
+        self.status = GridStatus.load(results_dir / f"grid-{grid.name}.status.json", grid)
+
+    def say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)
+
+    def run(self) -> int:
+        done = [run for run in self.runs if experiment_complete(self.results_dir, run.experiment_id)]
+        for run in done:
+            if self.status.runs[run.experiment_id].status != "complete":
+                self.status.update(run, status="skipped", message="complete results found")
+        todo = [run for run in self.runs if run not in done]
+        self.status.save()
+        self.say(
+            f"grid {self.grid.name}: {len(self.runs)} runs selected, {len(done)} already complete, "
+            f"{len(todo)} to run; status in {self.status.path}"
+        )
+        started = self.clock()
+        durations: list[float] = []
+        failed: list[Run] = []
+        with _StopRequest(self.out) as stop:
+            for number, run in enumerate(todo, 1):
+                if stop.is_set():
+                    break
+                self.say(
+                    f"[{number}/{len(todo)}] {run.experiment_id} ({run.block}, repeat {run.repeat}): starting"
+                )
+                outcome = self._run_one(run, stop)
+                if outcome == "interrupted":
+                    self._teardown(run, stop)
+                    break
+                durations.append(self.status.runs[run.experiment_id].seconds or 0.0)
+                if outcome == "failed":
+                    failed.append(run)
+                    self._teardown(run, stop)
+                elapsed = self.clock() - started
+                left = len(todo) - number
+                eta = format_duration(sum(durations) / len(durations) * left) if left else "0s"
+                record = self.status.runs[run.experiment_id]
+                detail = f": {record.message}" if outcome == "failed" else ""
+                took = format_duration(record.seconds or 0)
+                self.say(
+                    f"[{number}/{len(todo)}] {run.experiment_id}: {outcome} in {took}{detail}"
+                    f" | elapsed {format_duration(elapsed)}, ETA {eta} ({left} left)"
+                )
+            interrupted = stop.is_set()
+        return self._summary(failed, interrupted)
+
+    def _run_one(self, run: Run, stop: _StopRequest) -> str:
+        record = self.status.runs[run.experiment_id]
+        extravars = run.extravars()
+        if (self.results_dir / run.experiment_id).exists():
+            # partial results of an earlier attempt: the experiment is redone as a whole
+            extravars["force"] = True
+        ident = f"{run.experiment_id}-{time.strftime('%Y%m%dT%H%M%S')}-{record.attempts + 1}"
+        began, wall = self.clock(), time.time()
+        self.status.update(run, status="running", attempts=record.attempts + 1, started=wall, finished=None)
+        result = self.playbooks.run("experiment.yml", extravars, ident, stop.is_set)
+        seconds = self.clock() - began
+        changes: dict[str, Any] = {
+            "finished": time.time(),
+            "seconds": seconds,
+            "runner_status": result.status,
+            "rc": result.rc,
+            "log": str(result.log) if result.log else None,
+        }
+        if result.status == "canceled" or stop.is_set():
+            self.status.update(run, status="interrupted", message="stopped by the user", **changes)
+            return "interrupted"
+        if result.status == "successful" and experiment_complete(self.results_dir, run.experiment_id):
+            self.status.update(run, status="complete", message="", **changes)
+            return "complete"
+        if result.status == "successful":
+            experiment = read_experiment(self.results_dir, run.experiment_id) or {}
+            reason = experiment.get("incomplete_reason") or "experiment.json missing or not complete"
+            message = f"playbook succeeded but results are incomplete: {reason}"
+        else:
+            detail = result.error or failure_message(result.log)
+            message = f"playbook {result.status} (rc {result.rc}): {detail}"
+        self.status.update(run, status="failed", message=message, **changes)
+        return "failed"
+
+    def _teardown(self, run: Run, stop: _StopRequest) -> None:
+        self.say(f"grid: tearing down {run.experiment_id} (playbooks/teardown.yml)")
+        ident = f"teardown-{run.experiment_id}-{time.strftime('%Y%m%dT%H%M%S')}"
+        result = self.playbooks.run("teardown.yml", {"experiment_id": run.experiment_id}, ident, stop.forced)
+        if result.status != "successful":
+            self.say(f"grid: teardown {result.status}: {failure_message(result.log)} (log: {result.log})")
+
+    def _summary(self, failed: list[Run], interrupted: bool) -> int:
+        complete = sum(experiment_complete(self.results_dir, run.experiment_id) for run in self.runs)
+        self.say(
+            f"grid {self.grid.name}: {complete}/{len(self.runs)} runs complete, {len(failed)} failed"
+            + (", interrupted (run the same command again to resume)" if interrupted else "")
+        )
+        for run in failed:
+            record = self.status.runs[run.experiment_id]
+            self.say(f"  failed: {run.experiment_id}: {record.message} (log: {record.log})")
+        if interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,270 @@
+"""Grid files: load, check and expand into the list of runs.
+
+A grid file (YAML) holds::
+
+    name: thesis                  # optional, default: the file's stem; names the status file
+    description: ...              # optional
+    constants: {name: value}      # numbers usable in expressions, never passed to the playbook
+    fixed: {var: value}           # playbook variables shared by every block
+    derived: {var: expression}    # shared derived values (a block's own value for the key wins)
+    blocks:                       # each block is one table: the product of its axes, repeated
+      - name: baseline
+        repeats: 4                # default 1
+        fixed: {var: value}
+        axes: {var: [value, ...]}
+        derived: {var: expression}
+
+Every `var` is an experiment playbook variable (trainer/grid_vars.py). A run's settings are the shared fixed
+values, overridden by the block's fixed values and one combination of its axes; then the shared derived
+values (for keys the block does not set) and the block's derived values are evaluated in file order.
+Expressions (trainer/grid_expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
+whose strategy is ``baseline`` are the baselines the report compares the others with.
+
+Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
+...), so an interrupted grid has covered as many settings as possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer.grid_expr import Expression, ExpressionError, compile_expression, evaluate
+from trainer.grid_vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
+
+TOP_KEYS = ("name", "description", "constants", "fixed", "derived", "blocks")
+BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
+
+
+class GridError(ValueError):
+    """A grid file that cannot be run; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One experiment of a grid.
+
+    :param index: 1-based position in the grid
+    :param block: the name of the block it comes from
+    :param repeat: 1-based repeat number
+    :param settings: the experiment playbook variables, normalised (without experiment_id)
+    :param experiment_id: deterministic id from the settings and the repeat (the results directory's name)
+    """
+
+    index: int
+    block: str
+    repeat: int
+    settings: dict[str, Any]
+    experiment_id: str
+
+    @property
+    def strategy(self) -> str:
+        return self.settings.get("strategy", "hivemind")
+
+    def extravars(self) -> dict[str, Any]:
+        return {**self.settings, "experiment_id": self.experiment_id}
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    path: Path
+    description: str
+    runs: tuple[Run, ...]
+    blocks: tuple[str, ...] = field(default=())
+
+    def totals(self) -> Counter[str]:
+        """Number of runs per strategy."""
+        return Counter(run.strategy for run in self.runs)
+
+
+def experiment_id(settings: dict[str, Any], repeat: int) -> str:
+    """A readable, deterministic id: the main settings, a hash of all settings, and the repeat.
+
+    >>> experiment_id({"strategy": "baseline", "peers": 1, "batch_size": 32, "learning_rate": 0.01}, 2)
+    'baseline-p1-bs32-lr0.01-6f0ceda4-r2'
+    """
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
+    parts = [settings.get("strategy", "hivemind")]
+    labels = {"peers": "p", "batch_size": "bs", "learning_rate": "lr", "target_batch_size": "tbs"}
+    for key, label in labels.items():
+        if key in settings:
+            value = settings[key]
+            parts.append(f"{label}{value:g}" if isinstance(value, float) else f"{label}{value}")
+    if "local_updates" in settings:
+        parts.append(f"lu{int(settings['local_updates'])}")
+    return "-".join([*parts, digest, f"r{repeat}"])
+
+
+def load_grid(path: str | Path, *, repeats: int | None = None) -> Grid:
+    """Read, check and expand a grid file; raise GridError naming the file and key on any problem.
+
+    :param repeats: if given, overrides every block's `repeats` (``trainer grid --repeat N``)
+    """
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise GridError(f"{path}: cannot read grid file: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise GridError(f"{path}: not valid YAML: {error}") from None
+    return parse_grid(document, path=path, repeats=repeats)
+
+
+def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid:
+    where = _Where(path)
+    top = where.mapping(document, "", TOP_KEYS)
+    name = str(top.get("name", path.stem))
+    constants = where.mapping(top.get("constants", {}), "constants", None)
+    for key, value in constants.items():
+        if key in PLAYBOOK_VARS or key in ("repeat",):
+            where.fail(f"constants.{key}", "clashes with a playbook variable or 'repeat'; rename it")
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            where.fail(f"constants.{key}", f"must be a number or a string (got {value!r})")
+    shared_fixed = _checked_values(where, "fixed", top.get("fixed", {}))
+    shared_derived = _expressions(where, "derived", top.get("derived", {}))
+    blocks = top.get("blocks")
+    if not isinstance(blocks, list) or not blocks:
+        where.fail("blocks", "must be a non-empty list of blocks")
+    if repeats is not None and repeats < 1:
+        raise GridError(f"--repeat must be >= 1 (got {repeats})")
+
+    runs: list[Run] = []
+    names: list[str] = []
+    for number, block in enumerate(blocks):
+        block_runs, block_name = _expand_block(
+            where, f"blocks[{number}]", block, constants, shared_fixed, shared_derived, repeats, len(runs)
+        )
+        if block_name in names:
+            where.fail(f"blocks[{number}].name", f"duplicate block name {block_name!r}")
+        names.append(block_name)
+        runs.extend(block_runs)
+    seen: dict[str, Run] = {}
+    for run in runs:
+        if run.experiment_id in seen:
+            other = seen[run.experiment_id]
+            where.fail(
+                f"blocks ({other.block} and {run.block})",
+                f"two runs have the same settings and repeat ({run.experiment_id})",
+            )
+        seen[run.experiment_id] = run
+    description = str(top.get("description", "")).strip()
+    return Grid(name=name, path=path, description=description, runs=tuple(runs), blocks=tuple(names))
+
+
+def _expand_block(
+    where: _Where,
+    key: str,
+    block: Any,
+    constants: dict[str, Any],
+    shared_fixed: dict[str, Any],
+    shared_derived: dict[str, Expression],
+    repeats_override: int | None,
+    offset: int,
+) -> tuple[list[Run], str]:
+    block = where.mapping(block, key, BLOCK_KEYS)
+    name = block.get("name")
+    if not isinstance(name, str) or not name:
+        where.fail(f"{key}.name", "every block needs a name")
+    key = f"{key} ({name})"
+    repeats = block.get("repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        where.fail(f"{key}.repeats", f"must be an integer >= 1 (got {repeats!r})")
+    if repeats_override is not None:
+        repeats = repeats_override
+    fixed = _checked_values(where, f"{key}.fixed", block.get("fixed", {}))
+    axes = where.mapping(block.get("axes", {}), f"{key}.axes", None)
+    checked_axes: dict[str, list[Any]] = {}
+    for var, values in axes.items():
+        if not isinstance(values, list) or not values:
+            where.fail(f"{key}.axes.{var}", "an axis must be a non-empty list of values")
+        checked = [where.var(f"{key}.axes.{var}", var, value) for value in values]
+        if len(set(map(repr, checked))) != len(checked):
+            where.fail(f"{key}.axes.{var}", f"duplicate values in {values!r}")
+        checked_axes[var] = checked
+    derived = _expressions(where, f"{key}.derived", block.get("derived", {}))
+    for var in set(fixed) & set(checked_axes) | set(fixed) & set(derived) | set(checked_axes) & set(derived):
+        where.fail(f"{key}.{var}", "set twice in the block (fixed, axes and derived exclude each other)")
+    own = set(fixed) | set(checked_axes) | set(derived)
+    expressions = {var: expr for var, expr in shared_derived.items() if var not in own}
+    expressions.update(derived)
+
+    combinations = list(itertools.product(*checked_axes.values()))
+    runs: list[Run] = []
+    for repeat in range(1, repeats + 1):
+        for combination in combinations:
+            settings = {**shared_fixed, **fixed, **dict(zip(checked_axes, combination, strict=True))}
+            label = ", ".join(f"{var}={value}" for var, value in zip(checked_axes, combination, strict=True))
+            for var, expression in expressions.items():
+                names = {**constants, **settings, "repeat": repeat}
+                try:
+                    value = evaluate(expression, names)
+                except ExpressionError as error:
+                    where.fail(f"{key}.derived.{var}", f"{error} (run {label or 'of the block'})")
+                settings[var] = where.var(f"{key}.derived.{var}", var, value, label)
+            try:
+                check_settings(settings)
+            except VarError as error:
+                where.fail(key, f"{error} (run {label or 'of the block'})")
+            ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings}
+            index = offset + len(runs) + 1
+            runs.append(Run(index, name, repeat, ordered, experiment_id(ordered, repeat)))
+    return runs, name
+
+
+def _checked_values(where: _Where, key: str, values: Any) -> dict[str, Any]:
+    values = where.mapping(values, key, None)
+    return {var: where.var(f"{key}.{var}", var, value) for var, value in values.items()}
+
+
+def _expressions(where: _Where, key: str, values: Any) -> dict[str, Expression]:
+    values = where.mapping(values, key, None)
+    expressions = {}
+    for var, source in values.items():
+        try:
+            check_name(var)
+        except VarError as error:
+            where.fail(f"{key}.{var}", str(error))
+        if not isinstance(source, str):
+            where.fail(f"{key}.{var}", f"a derived value is an expression string (got {source!r}); use fixed")
+        try:
+            expressions[var] = compile_expression(source)
+        except ExpressionError as error:
+            where.fail(f"{key}.{var}", str(error))
+    return expressions
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Builds error messages that name the grid file and the key."""
+
+    path: Path
+
+    def fail(self, key: str, message: str) -> None:
+        raise GridError(f"{self.path}: {key}: {message}" if key else f"{self.path}: {message}")
+
+    def mapping(self, value: Any, key: str, allowed: tuple[str, ...] | None) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a mapping (got {type(value).__name__})")
+        for name in value:
+            if not isinstance(name, str):
+                self.fail(key, f"keys must be strings (got {name!r})")
+            if allowed is not None and name not in allowed:
+                self.fail(f"{key}.{name}" if key else name, f"unknown key (allowed: {', '.join(allowed)})")
+        return value
+
+    def var(self, key: str, var: str, value: Any, label: str = "") -> Any:
+        try:
+            return check_var(var, value)
+        except VarError as error:
+            suffix = f" (run {label})" if label else ""
+            self.fail(key, f"{error}{suffix}")
+        raise AssertionError("unreachable")

@@ -1,0 +1,589 @@
+"""Per-round timing of Hivemind averaging (gradients and parameters), built on hivemind 1.1.12 internals.
+
+Hivemind has no public metric for its averaging rounds, so this module instruments three places:
+
+- in each averager's child process (gradient averager and state averager), ``_step`` (one whole round:
+  matchmaking, then all-reduce, with retries) and ``_aggregate_with_group`` (the all-reduce itself, after a
+  group formed). The child sends one :class:`ChildRound` per round through a multiprocessing queue created
+  before hivemind forks the averagers (``RoundCollector`` installs it as a class attribute the forked
+  children inherit);
+- in the training process, the calls where ``hivemind.Optimizer.step`` waits for a round:
+  ``_average_gradients_and_load_into_optimizer`` (a gradient round), the wait for a background parameter
+  round inside ``TrainingStateAverager.step``, ``_update_global_epoch`` (the whole epoch transition) and
+  ``load_state_from_peers``;
+- the state averager's ``_do`` (its background parameter round), to learn which round it runs.
+
+Rounds are matched by the id of their ``StepControl`` (an ``MPFuture`` keeps ``_uid`` across processes).
+
+Definitions (rounds.csv): ``matchmaking_seconds`` runs from the moment the round was handed to the averager
+to the start of its (last) all-reduce attempt; for pre-scheduled rounds this begins before the epoch boundary
+and overlaps with compute. ``allreduce_seconds`` is the last all-reduce attempt. ``blocking_seconds`` is the
+time the training step waited for the round (0.0 when it never waited, e.g. a background parameter round that
+finished in time). A round the optimizer cancelled while still looking for a group (nobody averaged, nobody
+waited) is counted in ``rounds_cancelled`` and not written as a row.
+
+:func:`check_internals` fails loudly when any of these internals differ from the pinned version.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import inspect
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+HIVEMIND_VERSION = "1.1.12"
+
+#: Source digests of the hivemind functions whose behaviour this module (and the strategy) relies on or
+#: copies. A new hivemind release changes them; then re-read the functions and update the digests.
+SOURCE_DIGESTS = {
+    "hivemind.averaging.averager.DecentralizedAverager._step": "ad7d195acd6709ea",
+    "hivemind.averaging.averager.DecentralizedAverager._aggregate_with_group": "0b9ff15fd3fc9676",
+    "hivemind.optim.state_averager.TrainingStateAverager._do": "de445bef80f83979",
+    "hivemind.optim.state_averager.TrainingStateAverager.step": "3bb85ef8917e9e94",
+    "hivemind.optim.optimizer.Optimizer._make_state_averager": "4e2d2b03cefe5998",
+    "hivemind.optim.optimizer.Optimizer._update_global_epoch": "0786ab6afe75a7e9",
+    "hivemind.optim.optimizer.Optimizer._average_gradients_and_load_into_optimizer": "c0459b56003a2596",
+    "hivemind.optim.optimizer.Optimizer.shutdown": "96caf836566823f4",
+    "hivemind.optim.optimizer.Optimizer._tag_along_with_zero_weight": "771183d83e9de9ef",
+}
+
+#: Parameter names (in order) of the internals the instrumentation overrides or calls.
+SIGNATURES = {
+    "hivemind.averaging.averager.DecentralizedAverager._step": ("self", "step", "future_for_init"),
+    "hivemind.averaging.averager.DecentralizedAverager._aggregate_with_group": (
+        "self",
+        "group_info",
+        "min_vector_size",
+        "kwargs",
+    ),
+    "hivemind.averaging.averager.DecentralizedAverager.step": (
+        "self",
+        "gather",
+        "scheduled_time",
+        "weight",
+        "timeout",
+        "allow_retries",
+        "require_trigger",
+        "wait",
+    ),
+    "hivemind.optim.state_averager.TrainingStateAverager._do": (
+        "self",
+        "wait_for_trigger",
+        "optimizer_step",
+        "zero_grad",
+        "averaging_round",
+        "averaging_control",
+        "grad_scaler",
+        "set_to_none",
+        "timeout",
+        "kwargs",
+    ),
+    "hivemind.optim.optimizer.Optimizer._update_global_epoch": ("self", "grad_scaler"),
+    "hivemind.optim.optimizer.Optimizer._average_gradients_and_load_into_optimizer": (
+        "self",
+        "maybe_step_control",
+    ),
+    "hivemind.optim.optimizer.Optimizer._make_state_averager": ("self", "kwargs"),
+    "hivemind.optim.optimizer.Optimizer.load_state_from_peers": ("self", "kwargs"),
+}
+
+#: Attributes read at run time: (dotted class, attribute names that must exist on the class or its instances).
+CLASS_ATTRIBUTES = {
+    "hivemind.optim.progress_tracker.GlobalTrainingProgress": ("epoch", "samples_accumulated", "num_peers"),
+    "hivemind.averaging.control.StepControl": ("deadline", "triggered", "done", "cancelled", "exception"),
+    "hivemind.utils.mpfuture.MPFuture": ("_uid",),
+}
+
+KIND_GRADIENTS = "gradients"
+KIND_PARAMETERS = "parameters"
+
+
+def _resolve(dotted: str) -> Any:
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            target = getattr(target, name)
+        return target
+    raise ImportError(dotted)
+
+
+def source_digest(dotted: str) -> str:
+    """sha256 (first 16 hex digits) of a function's source, whitespace-normalised."""
+    source = inspect.getsource(_resolve(dotted))
+    normalised = "\n".join(line.rstrip() for line in source.strip().splitlines())
+    return hashlib.sha256(normalised.encode()).hexdigest()[:16]
+
+
+def internals_problems() -> list[str]:
+    """Every way the installed hivemind differs from what the instrumentation was written against."""
+    import hivemind
+
+    problems: list[str] = []
+    if hivemind.__version__ != HIVEMIND_VERSION:
+        problems.append(
+            f"hivemind=={hivemind.__version__} installed, instrumentation pinned to {HIVEMIND_VERSION}"
+        )
+    for dotted, expected in SIGNATURES.items():
+        try:
+            function = _resolve(dotted)
+        except (ImportError, AttributeError):
+            problems.append(f"{dotted} is missing")
+            continue
+        names = tuple(inspect.signature(function).parameters)
+        if names != expected:
+            problems.append(f"{dotted} takes {names}, expected {expected}")
+    for dotted in (
+        "hivemind.averaging.averager.DecentralizedAverager._step",
+        "hivemind.averaging.averager.DecentralizedAverager._aggregate_with_group",
+    ):
+        try:
+            if not inspect.iscoroutinefunction(_resolve(dotted)):
+                problems.append(f"{dotted} is no longer a coroutine function")
+        except (ImportError, AttributeError):
+            pass  # reported above
+    for dotted, expected_digest in SOURCE_DIGESTS.items():
+        try:
+            digest = source_digest(dotted)
+        except (ImportError, AttributeError, OSError, TypeError) as exc:
+            problems.append(f"cannot read the source of {dotted}: {exc}")
+            continue
+        if digest != expected_digest:
+            problems.append(f"{dotted} changed (source digest {digest}, expected {expected_digest})")
+    for dotted, names in CLASS_ATTRIBUTES.items():
+        try:
+            cls = _resolve(dotted)
+        except (ImportError, AttributeError):
+            problems.append(f"{dotted} is missing")
+            continue
+        problems.extend(
+            f"{dotted} has no attribute {name}" for name in names if not _has_attribute(cls, name)
+        )
+    return problems
+
+
+def _has_attribute(cls: type, name: str) -> bool:
+    """A class attribute, a dataclass field, or an instance attribute its source assigns (``self.NAME``)."""
+    if hasattr(cls, name) or name in getattr(cls, "__dataclass_fields__", {}):
+        return True
+    try:
+        return f"self.{name}" in inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+
+
+def check_internals() -> None:
+    """Raise RuntimeError listing every difference from the hivemind internals this module relies on."""
+    problems = internals_problems()
+    if problems:
+        raise RuntimeError(
+            "hivemind internals changed; averaging-round timing would be wrong: " + "; ".join(problems)
+        )
+
+
+# ------------------------------------------------------------------------------------------ averager children
+
+
+@dataclass
+class ChildRound:
+    """One averaging round as the averager child process saw it (sent to the training process)."""
+
+    uid: int
+    kind: str
+    started: float  # Unix time the averager began the round
+    ended: float  # Unix time the round finished (ok, failed or cancelled)
+    outcome: str  # ok | failed | timeout | cancelled
+    group_size: int | None = None
+    allreduce_started: float | None = None
+    allreduce_seconds: float | None = None
+    attempts: int = 0
+    error: str | None = None
+
+
+_CURRENT_ROUND: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "hm_round", default=None
+)
+
+
+class RoundTimingMixin:
+    """Mixed into an averager class: times each round in the averager's process, reports a ChildRound."""
+
+    round_kind = ""
+    #: set by RoundCollector before hivemind forks the averager; the child inherits it
+    round_queue: Any = None
+
+    async def _step(self, *, step, future_for_init):
+        current: dict[str, Any] = {"started": time.time(), "attempts": 0}
+        _CURRENT_ROUND.set(current)
+        try:
+            await super()._step(step=step, future_for_init=future_for_init)
+        finally:
+            self._report_round(step, current)
+
+    async def _aggregate_with_group(self, group_info, *args, **kwargs):
+        current = _CURRENT_ROUND.get()
+        started = time.perf_counter()
+        if current is not None:
+            current["attempts"] += 1
+            current["allreduce_started"] = time.time()
+            current["group_size"] = len(group_info.peer_ids)
+        try:
+            return await super()._aggregate_with_group(group_info, *args, **kwargs)
+        finally:
+            if current is not None:
+                current["allreduce_seconds"] = time.perf_counter() - started
+
+    def _report_round(self, step, current: dict[str, Any]) -> None:
+        if self.round_queue is None:
+            return
+        try:
+            outcome, error = _outcome_of(step)
+            record = ChildRound(
+                uid=int(step._uid),
+                kind=self.round_kind,
+                started=current["started"],
+                ended=time.time(),
+                outcome=outcome,
+                group_size=current.get("group_size"),
+                allreduce_started=current.get("allreduce_started"),
+                allreduce_seconds=current.get("allreduce_seconds"),
+                attempts=current["attempts"],
+                error=error,
+            )
+            self.round_queue.put_nowait(record)
+        except Exception:  # never break an averaging round because its timing could not be sent
+            log.exception("could not report an averaging round")
+
+
+def _outcome_of(step) -> tuple[str, str | None]:
+    from hivemind.utils import get_dht_time
+
+    if step.cancelled():
+        return "cancelled", None
+    if not step.done():
+        return "failed", "round left pending"
+    exception = step.exception()
+    if exception is None:
+        return "ok", None
+    error = f"{type(exception).__name__}: {exception}".strip()[:200]
+    if isinstance(exception, TimeoutError) or get_dht_time() >= step.deadline:
+        return "timeout", error
+    return "failed", error
+
+
+def averager_classes() -> tuple[type, type]:
+    """(gradient averager class, state averager class) with round timing mixed in."""
+    from hivemind.optim.grad_averager import GradientAverager
+    from hivemind.optim.state_averager import TrainingStateAverager
+
+    class TimedGradientAverager(RoundTimingMixin, GradientAverager):
+        round_kind = KIND_GRADIENTS
+
+    class TimedStateAverager(RoundTimingMixin, TrainingStateAverager):
+        round_kind = KIND_PARAMETERS
+
+    return TimedGradientAverager, TimedStateAverager
+
+
+# ------------------------------------------------------------------------------------------ training process
+
+
+@dataclass
+class RoundTiming:
+    """A finished round, merged from the averager child and the training process."""
+
+    timestamp: float
+    epoch: int
+    kind: str
+    outcome: str
+    group_size: int | None
+    matchmaking_seconds: float | None
+    allreduce_seconds: float | None
+    blocking_seconds: float | None
+    error: str | None
+
+
+@dataclass
+class _MainSide:
+    epoch: int | None = None
+    blocking: float = 0.0
+    finished: bool = False  # the training process will not wait for this round any more
+
+
+@dataclass
+class RoundCollector:
+    """Collects ChildRounds from the averagers and the training process's waits; emits merged RoundTimings.
+
+    Create it (``install()``) before the hivemind averagers start: the queue must exist before they fork.
+    """
+
+    hold_seconds: float = 120.0  # emit a round even if the training process never reported it finished
+    rounds_cancelled: int = 0
+    _queue: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _main: dict[int, _MainSide] = field(default_factory=dict)
+    _waiting: list[ChildRound] = field(default_factory=list)
+
+    def install(self, *averager_classes_: type) -> None:
+        self._queue = multiprocessing.get_context("fork").Queue()
+        for cls in averager_classes_:
+            cls.round_queue = self._queue
+
+    # -- called from the training process (main thread or the state averager's executor thread)
+
+    def note_epoch(self, uid: int, epoch: int) -> None:
+        with self._lock:
+            self._main.setdefault(uid, _MainSide()).epoch = epoch
+
+    def add_blocking(self, uid: int, seconds: float) -> None:
+        with self._lock:
+            self._main.setdefault(uid, _MainSide()).blocking += seconds
+
+    def mark_finished(self, uid: int) -> None:
+        with self._lock:
+            self._main.setdefault(uid, _MainSide()).finished = True
+
+    def expect(self, uid: int) -> None:
+        """A round the training process may still wait for: hold its row until mark_finished."""
+        with self._lock:
+            self._main.setdefault(uid, _MainSide())
+
+    def poll(self, current_epoch: int, *, final: bool = False) -> list[RoundTiming]:
+        """Drain the queue; return the rounds whose timings are complete (all of them when ``final``)."""
+        if self._queue is None:
+            return []
+        while True:
+            try:
+                self._waiting.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+            except (EOFError, OSError):
+                break
+        ready: list[RoundTiming] = []
+        keep: list[ChildRound] = []
+        now = time.time()
+        with self._lock:
+            for child in self._waiting:
+                main = self._main.get(child.uid)
+                held = main is not None and not main.finished and child.kind == KIND_PARAMETERS
+                if held and not final and now - child.ended < self.hold_seconds:
+                    keep.append(child)
+                    continue
+                self._main.pop(child.uid, None)
+                if child.outcome == "cancelled":
+                    self.rounds_cancelled += 1
+                    continue
+                ready.append(_merge(child, main, current_epoch))
+            self._waiting = keep
+        return ready
+
+
+def _merge(child: ChildRound, main: _MainSide | None, current_epoch: int) -> RoundTiming:
+    matchmaking = None
+    if child.allreduce_started is not None:
+        matchmaking = max(0.0, child.allreduce_started - child.started)
+    elif child.outcome != "ok":
+        matchmaking = max(0.0, child.ended - child.started)  # never found a group: all of it was matchmaking
+    return RoundTiming(
+        timestamp=child.ended,
+        epoch=main.epoch if main is not None and main.epoch is not None else current_epoch,
+        kind=child.kind,
+        outcome=child.outcome,
+        group_size=child.group_size,
+        matchmaking_seconds=matchmaking,
+        allreduce_seconds=child.allreduce_seconds,
+        blocking_seconds=main.blocking if main is not None else 0.0,
+        error=child.error,
+    )
+
+
+# ------------------------------------------------------------------------------------------ the optimizer
+
+_OPTIMIZER_CLASS: type | None = None
+
+
+def instrumented_optimizer_class() -> type:
+    """``hivemind.Optimizer`` reporting the time each step blocks on averaging and which rounds it waited for.
+
+    Extra constructor arguments: ``collector`` (a RoundCollector) and ``state_averager_class`` (the timed
+    TrainingStateAverager). After each ``step()``, ``step_averaging_seconds`` holds the time it blocked in
+    matchmaking, all-reduce, state averaging or state download (reset it before the step).
+    """
+    global _OPTIMIZER_CLASS
+    if _OPTIMIZER_CLASS is None:
+        _OPTIMIZER_CLASS = _define_optimizer_class()
+    return _OPTIMIZER_CLASS
+
+
+def _define_optimizer_class() -> type:
+    import concurrent.futures
+
+    import hivemind
+    from hivemind.averaging.averager import DecentralizedAverager
+    from hivemind.averaging.control import AveragingStage
+
+    class InstrumentedOptimizer(hivemind.Optimizer):
+        def __init__(self, *, collector: RoundCollector, state_averager_class: type, **kwargs: Any) -> None:
+            self.collector = collector
+            self._state_averager_class = state_averager_class
+            self.step_averaging_seconds = 0.0
+            self.counting = True  # False while finishing: waits then are not a training step's
+            self._in_epoch_update = False
+            self._parameter_round: int | None = None
+            super().__init__(**kwargs)
+            self._instrument_state_averager()
+
+        # same as hivemind 1.1.12's Optimizer._make_state_averager, with the timed averager class
+        def _make_state_averager(self, **kwargs: Any) -> Any:
+            return self._state_averager_class(
+                dht=self.dht,
+                prefix=f"{self.run_id}_state_averager",
+                min_matchmaking_time=self.matchmaking_time,
+                allreduce_timeout=self.allreduce_timeout,
+                shutdown_timeout=self.shutdown_timeout,
+                offload_optimizer=self.offload_optimizer,
+                custom_gradients=self.offload_optimizer,
+                status_loglevel=self.status_loglevel,
+                next_chunk_timeout=self.next_chunk_timeout,
+                client_mode=self.client_mode,
+                auxiliary=self.auxiliary,
+                start=True,
+                **kwargs,
+            )
+
+        def _blocked(self, seconds: float) -> None:
+            if self.counting and not self._in_epoch_update:
+                self.step_averaging_seconds += seconds
+
+        def _update_global_epoch(self, grad_scaler: Any) -> None:
+            started = time.perf_counter()
+            self._in_epoch_update = True
+            try:
+                return super()._update_global_epoch(grad_scaler)
+            finally:
+                self._in_epoch_update = False
+                self._blocked(time.perf_counter() - started)
+
+        def _average_gradients_and_load_into_optimizer(self, maybe_step_control: Any) -> None:
+            started = time.perf_counter()
+            epoch = self.local_epoch
+            try:
+                return super()._average_gradients_and_load_into_optimizer(maybe_step_control)
+            finally:
+                if maybe_step_control is not None:
+                    uid = int(maybe_step_control._uid)
+                    self.collector.note_epoch(uid, epoch)
+                    self.collector.add_blocking(uid, time.perf_counter() - started)
+                    self.collector.mark_finished(uid)
+
+        def load_state_from_peers(self, **kwargs: Any) -> None:
+            started = time.perf_counter()
+            try:
+                return super().load_state_from_peers(**kwargs)
+            finally:
+                self._blocked(time.perf_counter() - started)
+
+        def _instrument_state_averager(self) -> None:
+            averager = self.state_averager
+            original_do, original_step = averager._do, averager.step
+
+            # the background parameter round: name its StepControl (as _do would) to match its timings
+            def timed_do(
+                wait_for_trigger,
+                optimizer_step,
+                zero_grad,
+                averaging_round,
+                averaging_control,
+                grad_scaler,
+                set_to_none,
+                timeout=None,
+                **kwargs,
+            ):
+                uid = None
+                if averaging_round:
+                    if averaging_control is None or averaging_control.triggered or averaging_control.done():
+                        averaging_control = DecentralizedAverager.step(
+                            averager,
+                            gather=averager.local_epoch,
+                            require_trigger=True,
+                            timeout=timeout,
+                            wait=False,
+                            **kwargs,
+                        )
+                    uid = int(averaging_control._uid)
+                    self.collector.expect(uid)
+                    self.collector.note_epoch(uid, averager.local_epoch - 1)
+                    self._parameter_round = uid
+                try:
+                    return original_do(
+                        wait_for_trigger,
+                        optimizer_step,
+                        zero_grad,
+                        averaging_round,
+                        averaging_control,
+                        grad_scaler,
+                        set_to_none,
+                        timeout=timeout,
+                        **kwargs,
+                    )
+                finally:
+                    if uid is not None:
+                        self.collector.mark_finished(uid)
+
+            # the training step waiting for that background round (before applying its results)
+            def timed_step(**kwargs):
+                waits = kwargs.get("wait_for_delayed_updates")
+                if waits is None:
+                    if averager.delta_rule_averaging:
+                        waits = any(kwargs.get(k) for k in ("averaging_round", "optimizer_step", "zero_grad"))
+                    else:
+                        waits = bool(kwargs.get("averaging_round"))
+                pending = [update for update in averager.pending_updates if not update.done()]
+                uid = self._parameter_round
+                if waits and pending and uid is not None:
+                    started = time.perf_counter()
+                    concurrent.futures.wait(pending, timeout=self.averaging_timeout)
+                    seconds = time.perf_counter() - started
+                    if self.counting:
+                        self.collector.add_blocking(uid, seconds)
+                    self._blocked(seconds)
+                return original_step(**kwargs)
+
+            averager._do = timed_do  # the step executor looks _do up on the instance
+            averager.step = timed_step
+
+        # ---------------------------------------------------------------- leaving
+
+        def release_scheduled_rounds(self) -> None:
+            """Release pre-scheduled rounds so nobody waits for us: cancel matchmaking, else weight 0."""
+            for control in (self.scheduled_grads, self.scheduled_state):
+                if control is None or control.done():
+                    continue
+                if control.stage == AveragingStage.LOOKING_FOR_GROUP:
+                    control.cancel()
+                else:
+                    self._tag_along_with_zero_weight(control)
+            self.scheduled_grads = self.scheduled_state = None
+
+        def wait_for_background_rounds(self, timeout: float) -> None:
+            """Wait (bounded) for a background parameter round to finish and apply its result."""
+            pending = [update for update in self.state_averager.pending_updates if not update.done()]
+            if pending:
+                concurrent.futures.wait(pending, timeout=timeout)
+            self.state_averager.step(wait_for_delayed_updates=False, apply_delayed_updates=True)
+
+    return InstrumentedOptimizer

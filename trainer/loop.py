@@ -1,0 +1,226 @@
+"""The one training loop every strategy shares: data → forward/backward → strategy step, timed per step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from trainer.results import EvalRecord, StepRecord
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+    from trainer.results import ResultsWriter
+    from trainer.shutdown import StopSignals
+    from trainer.stats import RunStats
+    from trainer.strategies.base import Strategy
+    from trainer.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopLimits:
+    """When the loop stops on its own and when it evaluates.
+
+    :param max_steps: local steps after which the loop ends (exit reason ``max_steps``)
+    :param stop_at_target: end when the smoothed training loss reaches the target (exit reason
+        ``target_loss``)
+    :param eval_every: validate every K steps (0: never)
+    :param eval_batches: batches per validation (0: all)
+    :param log_every: log a progress line every N steps (0: never)
+    """
+
+    max_steps: int
+    stop_at_target: bool = True
+    eval_every: int = 0
+    eval_batches: int = 0
+    log_every: int = 50
+
+
+class TrainingLoop:
+    """Trains ``model`` with ``strategy``; measures and reports every step.
+
+    :param model: the classifier (in training mode)
+    :param strategy: supplies zero_grad/step/stop_reason (see trainer/strategies/base.py)
+    :param train_loader: yields (images, labels) batches; restarted at the end of each data epoch
+    :param val_loader: validation batches (used when ``limits.eval_every`` > 0)
+    :param limits: stop and evaluation settings
+    :param stats: accumulates the summary
+    :param writer: steps.csv/evals.csv writer (None: no files, e.g. in the overhead benchmark)
+    :param telemetry: Prometheus metrics (None: none)
+    :param signals: stop requests from SIGTERM/SIGINT (None: not watched)
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        strategy: Strategy,
+        train_loader: DataLoader,
+        val_loader: DataLoader | None,
+        limits: LoopLimits,
+        stats: RunStats,
+        writer: ResultsWriter | None = None,
+        telemetry: Telemetry | None = None,
+        signals: StopSignals | None = None,
+    ) -> None:
+        self.model = model
+        self.strategy = strategy
+        self.train_loader = train_loader
+        self.val_loader = val_loader
+        self.limits = limits
+        self.stats = stats
+        self.writer = writer
+        self.telemetry = telemetry
+        self.signals = signals
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.step = 0
+        self.clock_origin = time.time()
+        self._batches: Iterator | None = None
+        self.requested_stop: str | None = None
+
+    # ---------------------------------------------------------------- the run
+
+    def run(self, clock_origin: float | None = None) -> str:
+        """Step until a stop condition; returns the exit reason."""
+        self.clock_origin = time.time() if clock_origin is None else clock_origin
+        self.model.train()
+        while True:
+            if self.signals is not None and self.signals.requested:
+                return "signal"
+            record = self.timed_step()
+            reached_target = self.stats.add_step(record)
+            if reached_target:
+                log.info("target loss reached at step %d after %.1f s", record.step, record.wall_seconds)
+            if self.limits.eval_every and self.step % self.limits.eval_every == 0:
+                self.evaluate()
+            if self.limits.log_every and self.step % self.limits.log_every == 0:
+                log.info(
+                    "step %d loss %.4f step %.3fs data %.3fs epoch %d peers %d",
+                    self.step, record.loss, record.step_seconds, record.data_seconds,
+                    record.hivemind_epoch, record.peers,
+                )  # fmt: skip
+            reason = self._stop_reason(reached_target)
+            if reason is not None:
+                return reason
+
+    def _stop_reason(self, reached_target: bool) -> str | None:
+        """Signal first; then the loop's own conditions, which a collectively finishing strategy only hears of
+        (request_stop, once) and ends when its stop_reason() says so (e.g. at the next epoch boundary)."""
+        if self.signals is not None and self.signals.requested:
+            return "signal"
+        own = None
+        if reached_target and self.limits.stop_at_target:
+            own = "target_loss"
+        elif self.step >= self.limits.max_steps:
+            own = "max_steps"
+        if own is not None:
+            if not getattr(self.strategy, "finishes_collectively", False):
+                return own
+            if self.requested_stop is None:
+                self.requested_stop = own
+                log.info("%s reached at step %d: asking the collective to finish", own, self.step)
+                self.strategy.request_stop(own)
+        return self.strategy.stop_reason()
+
+    # ---------------------------------------------------------------- steps
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._batches is None:
+            self._batches = iter(self.train_loader)
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._batches = iter(self.train_loader)
+            return next(self._batches)
+
+    def timed_step(self) -> StepRecord:
+        """One measured step: the batch wait, forward+backward, the strategy's step; reported to every
+        sink."""
+        clock = time.perf_counter
+        started = clock()
+        images, labels = self.next_batch()
+        loaded = clock()
+        self.strategy.zero_grad()
+        loss = self.loss_fn(self.model(images), labels)
+        loss.backward()
+        computed = clock()
+        outcome = self.strategy.step(len(labels))
+        finished = clock()
+        self.step += 1
+        timestamp = time.time()
+        record = StepRecord(
+            step=self.step,
+            timestamp=timestamp,
+            wall_seconds=timestamp - self.clock_origin,
+            data_seconds=loaded - started,
+            compute_seconds=computed - loaded,
+            optimizer_seconds=finished - computed,
+            averaging_seconds=outcome.averaging_seconds,
+            step_seconds=finished - started,
+            samples=len(labels),
+            loss=float(loss.detach()),
+            hivemind_epoch=outcome.hivemind_epoch,
+            peers=outcome.peers,
+        )
+        if self.writer is not None:
+            self.writer.write_step(record)
+        if self.telemetry is not None:
+            self.telemetry.observe_step(record, outcome.collective_samples)
+        return record
+
+    def bare_step(self) -> None:
+        """The same step with no timers and no reporting (the overhead benchmark's reference)."""
+        images, labels = self.next_batch()
+        self.strategy.zero_grad()
+        self.loss_fn(self.model(images), labels).backward()
+        self.strategy.step(len(labels))
+        self.step += 1
+
+    # ---------------------------------------------------------------- validation
+
+    def evaluate(self) -> tuple[float, float] | None:
+        """Validation loss and accuracy over ``eval_batches`` batches (all when 0); written to evals.csv."""
+        if self.val_loader is None:
+            return None
+        self.model.eval()
+        total_loss, correct, seen = 0.0, 0, 0
+        with torch.no_grad():
+            for index, (images, labels) in enumerate(self.val_loader):
+                if self.limits.eval_batches and index >= self.limits.eval_batches:
+                    break
+                logits = self.model(images)
+                total_loss += float(self.loss_fn(logits, labels)) * len(labels)
+                correct += int((logits.argmax(dim=1) == labels).sum())
+                seen += len(labels)
+        self.model.train()
+        if seen == 0:
+            return None
+        val_loss, val_accuracy = total_loss / seen, correct / seen
+        self.stats.add_eval(val_loss, val_accuracy)
+        timestamp = time.time()
+        if self.writer is not None:
+            self.writer.write_eval(
+                EvalRecord(
+                    step=self.step,
+                    timestamp=timestamp,
+                    wall_seconds=timestamp - self.clock_origin,
+                    val_loss=val_loss,
+                    val_accuracy=val_accuracy,
+                )
+            )
+        log.info("step %d validation loss %.4f accuracy %.3f", self.step, val_loss, val_accuracy)
+        return val_loss, val_accuracy
+
+
+def evaluate_at_end(loop: TrainingLoop, exit_reason: str, eval_every: int) -> None:
+    """A last validation when the run ended between evaluation steps (not after a signal: leave quickly)."""
+    if eval_every and exit_reason != "signal" and loop.step % eval_every != 0 and loop.step > 0:
+        loop.evaluate()

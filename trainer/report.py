@@ -1,0 +1,142 @@
+"""``trainer report RESULTS_DIR [--out DIR]``: the bottleneck report of every experiment in a results directory.
+
+Writes `report.md` with tables and PNG plots, and each table as CSV, into `--out` (default RESULTS_DIR/report):
+loss over wall time (baseline vs Hivemind at the same batch size and LR), time to target loss with speedup and
+scaling efficiency, the step-time breakdown, averaging time per round against the bandwidth lower bound, and the
+effects of TBS, local updates, peers, batch size and LR with every experiment shown. Every number is computed
+from the raw steps.csv / rounds.csv (trainer/report_metrics.py states the definitions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+from trainer.report_analysis import Analysis, analyse
+from trainer.report_data import load_experiments
+from trainer.report_metrics import __doc__ as DEFINITIONS
+
+_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$")
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bytes per second from '1Gbit', '940Mbit/s', '125MB', '1.25e8' (bytes); raise ValueError otherwise.
+
+    >>> parse_bandwidth("1Gbit")
+    125000000.0
+    """
+    match = _BANDWIDTH.match(text)
+    if not match or float(match[1]) <= 0:
+        raise ValueError(f"bandwidth must be a positive number with an optional unit like 1Gbit or 125MB: {text!r}")
+    value = float(match[1]) * _PREFIX[match[2]]
+    return value / 8 if match[3] in ("bit", "b") else value
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Tables and plots (report.md, PNG, CSV) from a results directory."
+    parser.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="e.g. results/")
+    parser.add_argument("--out", type=Path, help="output directory (default: RESULTS_DIR/report)")
+    parser.add_argument(
+        "--target-loss",
+        type=float,
+        help="target training loss for every group (default: per batch size/LR, the baselines' worst final loss)",
+    )
+    parser.add_argument(
+        "--bandwidth",
+        help="link bandwidth B for the averaging lower bound, e.g. 1Gbit or 125MB (per second); default: the "
+        "value measured into experiment.json (network.bandwidth_bytes_per_second), else no bound",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        bandwidth = parse_bandwidth(args.bandwidth) if args.bandwidth else None
+        if args.target_loss is not None and not args.target_loss > 0:
+            raise ValueError(f"--target-loss must be positive (got {args.target_loss})")
+        if not args.results_dir.is_dir():
+            raise ValueError(f"results directory not found: {args.results_dir}")
+        experiments = load_experiments(args.results_dir)
+        if not experiments:
+            raise ValueError(f"no experiment results (peer directories with steps.csv) under {args.results_dir}")
+    except ValueError as error:
+        print(f"trainer: error: {error}", file=sys.stderr)
+        return 2
+    out = args.out or args.results_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    analysis = analyse(experiments, target_loss=args.target_loss, bandwidth=bandwidth)
+    report = write_report(analysis, out, args.results_dir)
+    print(f"report: {report} ({len(experiments)} experiments)")
+    return 0
+
+
+def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
+    """Write every CSV and PNG and report.md into `out`; return report.md's path."""
+    from trainer import report_plots
+
+    for table in analysis.tables.values():
+        table.write_csv(out)
+    loss_paths = report_plots.loss_plots(analysis, out)
+    breakdown = report_plots.breakdown_plot(analysis, out)
+    averaging = report_plots.averaging_plot(analysis, out)
+    effects = report_plots.effect_plots(analysis, out)
+
+    experiments = analysis.experiments
+    baselines = sum(e.is_baseline for e in experiments)
+    incomplete = [e.experiment_id for e in experiments if not e.complete]
+    lines = [
+        "# Bottleneck report",
+        "",
+        f"Results: `{results_dir}` · {len(experiments)} experiments ({baselines} baseline, "
+        f"{len(experiments) - baselines} Hivemind) · generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        "",
+    ]
+    if incomplete:
+        lines += [f"Incomplete experiments (included, marked in `experiments.csv`): {', '.join(incomplete)}", ""]
+    model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())
+    lines += [
+        "## Definitions",
+        "",
+        _definitions(),
+        "",
+        f"Model sizes M (parameters × 4 bytes, from trainer/models.py): {model_sizes or 'none'}.",
+        "",
+        "## Loss over wall time (baseline vs Hivemind, same batch size and LR)",
+        "",
+        *(f"![{path.stem}]({path.name})" for path in loss_paths),
+        "",
+        _section(analysis, "time_to_target"),
+        "## Step-time breakdown",
+        "",
+        f"![breakdown]({breakdown.name})",
+        "",
+        _section(analysis, "breakdown", heading=False),
+        "## Averaging time per round",
+        "",
+        f"![averaging]({averaging.name})",
+        "",
+        _section(analysis, "averaging", heading=False),
+        "## Effects (every experiment shown; repeats are spread, not averaged away)",
+        "",
+        *(f"![{path.stem}]({path.name})" for path in effects),
+        "",
+        _section(analysis, "effects", heading=False),
+        _section(analysis, "experiments"),
+    ]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return report
+
+
+def _section(analysis: Analysis, name: str, *, heading: bool = True) -> str:
+    table = analysis.tables[name]
+    title = f"## {table.title}\n\n" if heading else ""
+    return f"{title}Table `{name}.csv`:\n\n{table.markdown()}\n"
+
+
+def _definitions() -> str:
+    text = (DEFINITIONS or "").split("Definitions (also printed in report.md):", 1)[-1]
+    return "\n".join(line[0:] for line in text.strip().splitlines())

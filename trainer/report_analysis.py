@@ -1,0 +1,263 @@
+"""Build the report's tables from loaded experiments (definitions: trainer/report_metrics.py)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.report_data import Experiment
+from trainer.report_metrics import (
+    Table,
+    bandwidth_bound,
+    default_targets,
+    loss_curve,
+    median,
+    merged_steps,
+    model_bytes,
+    target_for,
+    time_to_target,
+    total,
+    wall_seconds,
+)
+from trainer.stats import percentile
+
+BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
+EFFECT_FACTORS = ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
+EFFECT_METRICS = ("time_to_target_seconds", "samples_per_second", "averaging_share", "final_loss")
+
+
+@dataclass
+class Analysis:
+    """Everything the report shows; each table is also written as CSV."""
+
+    experiments: list[Experiment]
+    curves: dict[str, tuple[list[float], list[float]]]
+    targets: dict[str, float | None]
+    model_bytes: dict[str, int]
+    bandwidth: float | None
+    tables: dict[str, Table] = field(default_factory=dict)
+    round_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwidth: float | None) -> Analysis:
+    """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss.
+    `bandwidth` (bytes/s) None: each experiment's measured value from experiment.json, if any."""
+    curves = {e.experiment_id: loss_curve(e) for e in experiments}
+    group_targets = default_targets(experiments, curves)
+    targets = {e.experiment_id: target_for(e, group_targets, target_loss) for e in experiments}
+    models = {str(e.settings.get("model")) for e in experiments if e.settings.get("model")}
+    analysis = Analysis(experiments, curves, targets, {m: model_bytes(m) for m in sorted(models)}, bandwidth)
+    rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
+    analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
+    analysis.tables["time_to_target"] = _time_to_target(analysis, rows)
+    analysis.tables["breakdown"] = _breakdown(experiments)
+    analysis.tables["averaging"] = _averaging(analysis)
+    analysis.tables["effects"] = _effects(analysis, rows)
+    return analysis
+
+
+def _table(name: str, title: str, rows: list[dict[str, Any]], columns: tuple[str, ...] = ()) -> Table:
+    if not columns:
+        columns = tuple(dict.fromkeys(key for row in rows for key in row)) or ("experiment_id",)
+    return Table(name, title, columns, rows)
+
+
+def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
+    steps = [row for peer in e.peers for row in peer.steps]
+    rounds = [row for peer in e.peers for row in peer.rounds]
+    wall = wall_seconds(e)
+    samples = total(steps, "samples")
+    losses = analysis.curves[e.experiment_id][1]
+    target = analysis.targets[e.experiment_id]
+    return {
+        "experiment_id": e.experiment_id,
+        "strategy": e.strategy,
+        "peers": e.peer_count,
+        "vcpus": e.settings.get("vcpus"),
+        "model": e.settings.get("model"),
+        "dataset": e.settings.get("dataset"),
+        "batch_size": e.settings.get("batch_size"),
+        "learning_rate": e.settings.get("learning_rate"),
+        "target_batch_size": None if e.is_baseline else e.settings.get("target_batch_size"),
+        "local_updates": None if e.is_baseline else e.settings.get("local_updates"),
+        "complete": e.complete,
+        "steps": len(steps),
+        "samples": int(samples),
+        "wall_seconds": wall,
+        "samples_per_second": samples / wall if wall else None,
+        "final_loss": losses[-1] if losses else None,
+        "best_loss": min(losses) if losses else None,
+        "target_loss": target,
+        "time_to_target_seconds": time_to_target(analysis.curves[e.experiment_id], target),
+        "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
+        "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),
+    }
+
+
+def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    baselines: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
+    for e in analysis.experiments:
+        if e.is_baseline:
+            baselines[e.comparison_key()].append(e)
+    table = []
+    for e in analysis.experiments:
+        if e.is_baseline:
+            continue
+        row = rows[e.experiment_id]
+        matching = baselines.get(e.comparison_key(), [])
+        base_times = [rows[b.experiment_id]["time_to_target_seconds"] for b in matching]
+        base_times = [t for t in base_times if t is not None]
+        base_rates = [rows[b.experiment_id]["samples_per_second"] for b in matching]
+        base_rates = [r for r in base_rates if r]
+        base_time = median(base_times)
+        hm_time = row["time_to_target_seconds"]
+        speedup = base_time / hm_time if base_time is not None and hm_time else None
+        base_vcpus = [b.total_vcpus for b in matching if b.total_vcpus]
+        efficiency = None
+        if speedup is not None and base_vcpus and e.total_vcpus:
+            efficiency = speedup * median(base_vcpus) / e.total_vcpus
+        rate = row["samples_per_second"]
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "setting": e.label(),
+                "batch_size": row["batch_size"],
+                "learning_rate": row["learning_rate"],
+                "target_loss": row["target_loss"],
+                "baselines": len(matching),
+                "baseline_time_s": base_time,
+                "baseline_time_min_s": min(base_times) if base_times else None,
+                "baseline_time_max_s": max(base_times) if base_times else None,
+                "hivemind_time_s": hm_time,
+                "speedup": speedup,
+                "scaling_efficiency": efficiency,
+                "throughput_speedup": rate / median(base_rates) if rate and base_rates else None,
+            }
+        )
+    columns = (
+        "experiment_id setting batch_size learning_rate target_loss baselines baseline_time_s baseline_time_min_s "
+        "baseline_time_max_s hivemind_time_s speedup scaling_efficiency throughput_speedup"
+    ).split()
+    return _table("time_to_target", "Time to target loss, speedup and scaling efficiency", table, tuple(columns))
+
+
+def breakdown_row(e: Experiment) -> dict[str, Any]:
+    """Summed step-time components over all steps of all peers, per-step means (ms) and shares."""
+    steps = [row for peer in e.peers for row in peer.steps]
+    sums = {
+        "data": total(steps, "data_seconds"),
+        "compute": total(steps, "compute_seconds"),
+        "averaging": total(steps, "averaging_seconds"),
+        "optimizer_local": total(steps, "optimizer_seconds") - total(steps, "averaging_seconds"),
+    }
+    step_total = total(steps, "step_seconds")
+    sums["other"] = step_total - sum(sums.values())
+    row: dict[str, Any] = {"experiment_id": e.experiment_id, "setting": e.label(), "steps": len(steps)}
+    row["step_ms"] = 1000 * step_total / len(steps) if steps else None
+    for part in BREAKDOWN_PARTS:
+        row[f"{part}_ms"] = 1000 * sums[part] / len(steps) if steps else None
+    for part in BREAKDOWN_PARTS:
+        row[f"{part}_share"] = sums[part] / step_total if step_total else None
+    return row
+
+
+def _breakdown(experiments: list[Experiment]) -> Table:
+    columns = (
+        "experiment_id",
+        "setting",
+        "steps",
+        "step_ms",
+        *(f"{part}_ms" for part in BREAKDOWN_PARTS),
+        *(f"{part}_share" for part in BREAKDOWN_PARTS),
+    )
+    rows = [breakdown_row(e) for e in experiments]
+    return _table("breakdown", "Step-time breakdown (mean per step over all peers)", rows, columns)
+
+
+def _averaging(analysis: Analysis) -> Table:
+    rows = []
+    for e in analysis.experiments:
+        if e.is_baseline:
+            continue
+        rounds = [row for peer in e.peers for row in peer.rounds]
+        analysis.round_samples[e.experiment_id] = rounds
+        m_bytes = analysis.model_bytes.get(str(e.settings.get("model")))
+        bandwidth = analysis.bandwidth or e.bandwidth_bytes_per_second
+        for kind in sorted({row.get("kind") for row in rounds if row.get("kind")}):
+            ok = [r for r in rounds if r.get("kind") == kind and r.get("outcome") == "ok"]
+            allreduce = [r["allreduce_seconds"] for r in ok if r.get("allreduce_seconds") is not None]
+            matchmaking = [r["matchmaking_seconds"] for r in ok if r.get("matchmaking_seconds") is not None]
+            groups = [r["group_size"] for r in ok if r.get("group_size")]
+            group = int(median(groups)) if groups else e.peer_count
+            bound = bandwidth_bound(group, m_bytes, bandwidth) if m_bytes and bandwidth and group > 1 else None
+            middle = median(allreduce)
+            moved = 2 * (group - 1) / group * m_bytes if m_bytes and group > 1 else None
+            rows.append(
+                {
+                    "experiment_id": e.experiment_id,
+                    "setting": e.label(),
+                    "peers": e.peer_count,
+                    "kind": kind,
+                    "rounds_ok": len(ok),
+                    "rounds_not_ok": sum(r.get("kind") == kind and r.get("outcome") != "ok" for r in rounds),
+                    "group_size": group,
+                    "matchmaking_median_s": median(matchmaking),
+                    "allreduce_median_s": middle,
+                    "allreduce_p95_s": percentile(allreduce, 0.95),
+                    "model_bytes": m_bytes,
+                    "bandwidth_bytes_per_s": bandwidth,
+                    "lower_bound_s": bound,
+                    "allreduce_over_bound": middle / bound if middle is not None and bound else None,
+                    "effective_bandwidth_bytes_per_s": moved / middle if moved and middle else None,
+                }
+            )
+    columns = (
+        "experiment_id setting peers kind rounds_ok rounds_not_ok group_size matchmaking_median_s "
+        "allreduce_median_s allreduce_p95_s model_bytes bandwidth_bytes_per_s lower_bound_s allreduce_over_bound "
+        "effective_bandwidth_bytes_per_s"
+    ).split()
+    return _table("averaging", "Averaging time per round against the bandwidth lower bound", rows, tuple(columns))
+
+
+def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """One row per factor level and metric: every experiment's value listed (repeats are spread, not a mean)."""
+    shares = {row["experiment_id"]: row["averaging_share"] for row in analysis.tables["breakdown"].rows}
+    table = []
+    for factor in EFFECT_FACTORS:
+        subset = [e for e in analysis.experiments if factor in ("batch_size", "learning_rate") or not e.is_baseline]
+        levels: dict[Any, list[Experiment]] = defaultdict(list)
+        for e in subset:
+            level = e.peer_count if factor == "peers" else e.settings.get(factor)
+            if level is not None:
+                levels[level].append(e)
+        for level in sorted(levels, key=lambda value: (str(type(value)), value)):
+            for metric in EFFECT_METRICS:
+                values = []
+                for e in levels[level]:
+                    value = shares[e.experiment_id] if metric == "averaging_share" else rows[e.experiment_id][metric]
+                    if value is not None and math.isfinite(value):
+                        values.append(value)
+                table.append(
+                    {
+                        "factor": factor,
+                        "level": level,
+                        "metric": metric,
+                        "experiments": len(levels[level]),
+                        "n": len(values),
+                        "median": median(values),
+                        "min": min(values) if values else None,
+                        "max": max(values) if values else None,
+                        "values": " ".join(f"{v:.6g}" for v in values),
+                    }
+                )
+    columns = ("factor", "level", "metric", "experiments", "n", "median", "min", "max", "values")
+    return _table("effects", "Effects of TBS, local updates, peers, batch size and LR", table, columns)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+__all__ = ["Analysis", "analyse", "breakdown_row", "merged_steps", "is_number"]

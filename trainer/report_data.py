@@ -1,0 +1,132 @@
+"""Load a results directory for the report: one `Experiment` per `results/<experiment_id>/`.
+
+An experiment directory holds `experiment.json` (written by the experiment playbook: strategy, peers, settings,
+complete) and one subdirectory per peer (`peer-01`, ... or `baseline`) with the trainer's files. The settings the
+report groups by come from `experiment.json`'s ``settings``, completed from the first peer's `config.json` (what
+the trainer actually ran with); a directory without `experiment.json` whose subdirectories hold trainer results
+is read from the `config.json` files alone, so results of plain ``trainer run`` calls can be reported too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps
+
+#: settings the report groups and labels experiments by (experiment playbook variable names)
+SETTING_KEYS = (
+    "strategy",
+    "peers",
+    "vcpus",
+    "model",
+    "dataset",
+    "batch_size",
+    "learning_rate",
+    "optimizer",
+    "max_steps",
+    "target_batch_size",
+    "local_updates",
+)
+
+
+@dataclass
+class PeerRun:
+    """One peer's raw rows (dicts keyed by trainer.results' column names)."""
+
+    name: str
+    steps: list[dict[str, Any]]
+    rounds: list[dict[str, Any]]
+    complete: bool
+
+
+@dataclass
+class Experiment:
+    experiment_id: str
+    path: Path
+    settings: dict[str, Any]
+    complete: bool
+    peers: list[PeerRun] = field(default_factory=list)
+    bandwidth_bytes_per_second: float | None = None
+
+    @property
+    def strategy(self) -> str:
+        return str(self.settings.get("strategy", "hivemind"))
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.strategy == "baseline"
+
+    @property
+    def peer_count(self) -> int:
+        return int(self.settings.get("peers") or len(self.peers) or 1)
+
+    @property
+    def total_vcpus(self) -> float | None:
+        vcpus = self.settings.get("vcpus")
+        return None if vcpus is None else float(vcpus) * (1 if self.is_baseline else self.peer_count)
+
+    def setting_key(self) -> tuple[tuple[str, Any], ...]:
+        """Identifies a setting: experiments with equal keys are repeats of each other."""
+        return tuple((key, self.settings.get(key)) for key in SETTING_KEYS)
+
+    def comparison_key(self) -> tuple[Any, ...]:
+        """Hivemind runs are compared with the baselines that share model, data, batch size and LR."""
+        return tuple(self.settings.get(key) for key in ("model", "dataset", "batch_size", "learning_rate"))
+
+    def label(self) -> str:
+        """A short human label of the setting (without the id)."""
+        s = self.settings
+        if self.is_baseline:
+            return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}"
+        lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
+        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}"
+
+
+def load_experiments(results_dir: Path) -> list[Experiment]:
+    """Every experiment below `results_dir` that has at least one peer with steps, sorted by id."""
+    experiments = []
+    for path in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        experiment = load_experiment(path)
+        if experiment is not None and any(peer.steps for peer in experiment.peers):
+            experiments.append(experiment)
+    return experiments
+
+
+def load_experiment(path: Path) -> Experiment | None:
+    peer_dirs = sorted(p for p in path.iterdir() if p.is_dir() and (p / STEPS_FILE).exists())
+    if not peer_dirs:
+        return None
+    document = _read_json(path / "experiment.json") or {}
+    configs = [read_config(peer_dir) or {} for peer_dir in peer_dirs]
+    settings: dict[str, Any] = {}
+    settings.update({key: configs[0][key] for key in SETTING_KEYS if key in configs[0]})
+    settings.update(document.get("settings") or {})
+    for key in ("strategy", "peers"):
+        if document.get(key) is not None:
+            settings[key] = document[key]
+    settings.setdefault("peers", len(peer_dirs))
+    peers = [
+        PeerRun(peer_dir.name, read_steps(peer_dir), read_rounds(peer_dir), is_complete(peer_dir))
+        for peer_dir in peer_dirs
+    ]
+    complete = document["complete"] is True if "complete" in document else all(p.complete for p in peers)
+    bandwidth = (document.get("network") or {}).get("bandwidth_bytes_per_second")
+    return Experiment(
+        experiment_id=str(document.get("experiment_id") or path.name),
+        path=path,
+        settings=settings,
+        complete=complete,
+        peers=peers,
+        bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None

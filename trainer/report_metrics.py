@@ -1,0 +1,154 @@
+"""The report's numbers, each computed from the raw steps.csv / rounds.csv rows of an experiment.
+
+Definitions (also printed in report.md):
+
+- **loss curve**: every peer's steps merged in order of ``wall_seconds`` (seconds since the start barrier's
+  release), each point the mean training loss of the last ``LOSS_WINDOW × peers`` merged steps (for a baseline
+  exactly the trainer's own smoothed loss, trainer/stats.py).
+- **wall time**: the largest ``wall_seconds`` of any peer's last step; **throughput**: all peers' samples / wall.
+- **time to target**: the first wall time at which the loss curve is at or below the target loss.
+- **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to target;
+  **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per vCPU.
+- **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the optimizer's own
+  time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares of the summed step time.
+- **averaging bound**: 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.report_data import Experiment
+from trainer.stats import LOSS_WINDOW
+
+
+@dataclass
+class Table:
+    """A report table: written as CSV and rendered into report.md."""
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def write_csv(self, directory: Path) -> Path:
+        path = directory / f"{self.name}.csv"
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(self.columns)
+            for row in self.rows:
+                writer.writerow([_csv_cell(row.get(column)) for column in self.columns])
+        return path
+
+    def markdown(self, limit: int = 60) -> str:
+        if not self.rows:
+            return "_no data_\n"
+        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
+        for row in self.rows[:limit]:
+            lines.append("| " + " | ".join(_md_cell(row.get(column)) for column in self.columns) + " |")
+        if len(self.rows) > limit:
+            lines.append(f"\n_{len(self.rows) - limit} more rows in `{self.name}.csv`_")
+        return "\n".join(lines) + "\n"
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else repr(round(value, 9))
+    return value
+
+
+def _md_cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------------ per experiment
+
+
+def merged_steps(experiment: Experiment) -> list[dict[str, Any]]:
+    """Every peer's steps that have a wall time, ordered by it."""
+    rows = [row for peer in experiment.peers for row in peer.steps if row.get("wall_seconds") is not None]
+    return sorted(rows, key=lambda row: row["wall_seconds"])
+
+
+def loss_curve(experiment: Experiment) -> tuple[list[float], list[float]]:
+    """(wall seconds, smoothed loss) over the merged steps (see module docstring)."""
+    window = LOSS_WINDOW * max(1, len(experiment.peers))
+    times: list[float] = []
+    losses: list[float] = []
+    recent: list[float] = []
+    for row in merged_steps(experiment):
+        loss = row.get("loss")
+        if loss is None or not math.isfinite(loss):
+            continue
+        recent.append(loss)
+        if len(recent) > window:
+            recent.pop(0)
+        times.append(row["wall_seconds"])
+        losses.append(sum(recent) / len(recent))
+    return times, losses
+
+
+def time_to_target(curve: tuple[list[float], list[float]], target: float | None) -> float | None:
+    if target is None:
+        return None
+    for seconds, loss in zip(*curve, strict=True):
+        if loss <= target:
+            return seconds
+    return None
+
+
+def wall_seconds(experiment: Experiment) -> float | None:
+    ends = [peer.steps[-1]["wall_seconds"] for peer in experiment.peers if peer.steps]
+    ends = [end for end in ends if end is not None]
+    return max(ends) if ends else None
+
+
+def total(rows: Iterable[dict[str, Any]], column: str) -> float:
+    return float(sum(row.get(column) or 0.0 for row in rows))
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float) -> float:
+    """Seconds a bandwidth-optimal all-reduce needs at least: 2(n−1)/n · M / B."""
+    return 2 * (group_size - 1) / group_size * model_bytes / bandwidth
+
+
+# ------------------------------------------------------------------------------------------------ targets
+
+
+def default_targets(experiments: list[Experiment], curves: dict[str, Any]) -> dict[tuple[Any, ...], float]:
+    """Per comparison group: the highest final smoothed loss among its baseline repeats (every one reaches it)."""
+    targets: dict[tuple[Any, ...], float] = {}
+    for experiment in experiments:
+        losses = curves[experiment.experiment_id][1]
+        if experiment.is_baseline and losses:
+            key = experiment.comparison_key()
+            targets[key] = max(targets.get(key, -math.inf), losses[-1])
+    return targets
+
+
+def target_for(experiment: Experiment, targets: dict[tuple[Any, ...], float], given: float | None) -> float | None:
+    return given if given is not None else targets.get(experiment.comparison_key())
+
+
+def model_bytes(model: str) -> int:
+    """Parameters of the model as the trainer builds it (trainer/models.py), × 4 bytes (fp32)."""
+    from trainer.models import build_model
+
+    return 4 * sum(parameter.numel() for parameter in build_model(model).parameters())
+

@@ -1,0 +1,143 @@
+"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (trainer/report_analysis.py)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from trainer.report_analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
+from trainer.report_metrics import bandwidth_bound  # noqa: E402
+
+PART_COLOURS = {
+    "data": "#4c72b0",
+    "compute": "#55a868",
+    "averaging": "#c44e52",
+    "optimizer_local": "#8172b2",
+    "other": "#bbbbbb",
+}
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _no_data(axis: Any, text: str = "no data") -> None:
+    axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes, color="grey")
+
+
+def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
+    """One plot per (model, dataset, batch size, LR): baselines (black/grey) and Hivemind runs over wall time."""
+    groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for e in analysis.experiments:
+        groups[e.comparison_key()].append(e)
+    paths = []
+    for key in sorted(groups, key=str):
+        model, dataset, batch_size, learning_rate = key
+        figure, axis = plt.subplots(figsize=(8, 4.5))
+        for e in sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id)):
+            times, losses = analysis.curves[e.experiment_id]
+            style = {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
+            axis.plot(times, losses, label=f"{e.label()} ({e.experiment_id[-2:]})", **style)
+        targets = {analysis.targets[e.experiment_id] for e in groups[key]} - {None}
+        for target in targets:
+            axis.axhline(target, color="grey", linestyle=":", linewidth=1)
+        axis.set_xlabel("wall time since start barrier (s)")
+        axis.set_ylabel("training loss (smoothed)")
+        axis.set_title(f"{model} / {dataset}, batch size {batch_size}, LR {learning_rate}")
+        axis.legend(fontsize=7, ncol=2)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"loss_{model}_{dataset}_bs{batch_size}_lr{learning_rate}")
+        paths.append(_save(figure, out / f"{name}.png"))
+    return paths
+
+
+def breakdown_plot(analysis: Analysis, out: Path) -> Path:
+    """Stacked bars per experiment: mean ms per step (left) and shares of step time (right)."""
+    rows = analysis.tables["breakdown"].rows
+    figure, (absolute, shares) = plt.subplots(1, 2, figsize=(12, 0.4 * max(len(rows), 4) + 1.5))
+    labels = [f"{row['setting']} ({row['experiment_id'][-2:]})" for row in rows]
+    for axis, suffix, xlabel in ((absolute, "_ms", "ms per step"), (shares, "_share", "share of step time")):
+        left = [0.0] * len(rows)
+        for part in BREAKDOWN_PARTS:
+            values = [max(row[f"{part}{suffix}"] or 0.0, 0.0) for row in rows]
+            axis.barh(labels, values, left=left, color=PART_COLOURS[part], label=part)
+            left = [a + b for a, b in zip(left, values, strict=True)]
+        axis.set_xlabel(xlabel)
+        axis.invert_yaxis()
+        if not rows:
+            _no_data(axis)
+    shares.set_yticklabels([])
+    absolute.legend(fontsize=8, loc="lower right")
+    figure.suptitle("Step-time breakdown: data loading / compute / averaging")
+    return _save(figure, out / "breakdown.png")
+
+
+def averaging_plot(analysis: Analysis, out: Path) -> Path:
+    """Per peer count: every ok round's all-reduce time (dots), its matchmaking (crosses), the lower bound."""
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    bounds: dict[int, float] = {}
+    drawn = False
+    for e in analysis.experiments:
+        rounds = [r for r in analysis.round_samples.get(e.experiment_id, []) if r.get("outcome") == "ok"]
+        allreduce = [r["allreduce_seconds"] for r in rounds if r.get("allreduce_seconds") is not None]
+        matchmaking = [r["matchmaking_seconds"] for r in rounds if r.get("matchmaking_seconds") is not None]
+        x = e.peer_count
+        jitter = [x + 0.15 * ((i % 7) - 3) / 3 for i in range(max(len(allreduce), len(matchmaking)))]
+        if allreduce:
+            axis.scatter(jitter[: len(allreduce)], allreduce, s=8, alpha=0.5, color="#c44e52")
+            drawn = True
+        if matchmaking:
+            axis.scatter(jitter[: len(matchmaking)], matchmaking, s=10, marker="x", alpha=0.4, color="#4c72b0")
+        m_bytes = analysis.model_bytes.get(str(e.settings.get("model")))
+        bandwidth = analysis.bandwidth or e.bandwidth_bytes_per_second
+        if m_bytes and bandwidth and x > 1:
+            bounds[x] = bandwidth_bound(x, m_bytes, bandwidth)
+    for x, bound in sorted(bounds.items()):
+        axis.hlines(bound, x - 0.4, x + 0.4, color="black", linewidth=2)
+    axis.scatter([], [], s=8, color="#c44e52", label="all-reduce per round")
+    axis.scatter([], [], s=10, marker="x", color="#4c72b0", label="matchmaking per round")
+    if bounds:
+        axis.plot([], [], color="black", linewidth=2, label="lower bound 2(n−1)/n·M/B")
+    else:
+        axis.set_title("no bandwidth given (--bandwidth): lower bound not drawn", fontsize=9)
+    if not drawn:
+        _no_data(axis, "no averaging rounds")
+    axis.set_xlabel("peers")
+    axis.set_ylabel("seconds")
+    axis.set_yscale("symlog", linthresh=0.01)
+    axis.legend(fontsize=8)
+    return _save(figure, out / "averaging.png")
+
+
+def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
+    """Per factor: each metric against the factor's levels, every experiment a dot, the median a bar."""
+    rows = analysis.tables["effects"].rows
+    paths = []
+    for factor in EFFECT_FACTORS:
+        figure, axes = plt.subplots(1, len(EFFECT_METRICS), figsize=(4 * len(EFFECT_METRICS), 3.5))
+        for axis, metric in zip(axes, EFFECT_METRICS, strict=True):
+            selected = [row for row in rows if row["factor"] == factor and row["metric"] == metric]
+            labels = [str(row["level"]) for row in selected]
+            for position, row in enumerate(selected):
+                values = [float(v) for v in row["values"].split()]
+                xs = [position + 0.08 * ((i % 5) - 2) for i in range(len(values))]
+                axis.scatter(xs, values, s=14, alpha=0.7)
+                if row["median"] is not None:
+                    axis.hlines(row["median"], position - 0.3, position + 0.3, color="black")
+            axis.set_xticks(range(len(labels)), labels)
+            axis.set_xlabel(factor)
+            axis.set_title(metric, fontsize=9)
+            if not any(row["n"] for row in selected):
+                _no_data(axis)
+        figure.suptitle(f"Effect of {factor} (each dot one experiment, bar = median)")
+        paths.append(_save(figure, out / f"effect_{factor}.png"))
+    return paths

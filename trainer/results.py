@@ -1,0 +1,362 @@
+"""The results files of one peer's run, written as the run goes (the schema is in docs/architecture.md).
+
+Readers (the experiment playbook, ``trainer grid``, ``trainer report``, dashboards tests) import the column
+tuples and the ``read_*`` helpers from here instead of restating the schema.
+
+Crash safety: rows are flushed to the OS every ``flush_every`` steps (and every round/eval row at once), so a
+SIGKILL loses at most that many steps; a row cut in half by a kill is dropped by the readers.
+``summary.json`` and ``config.json`` are replaced atomically (write to a temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+STEP_COLUMNS = (
+    "step",
+    "timestamp",
+    "wall_seconds",
+    "data_seconds",
+    "compute_seconds",
+    "optimizer_seconds",
+    "averaging_seconds",
+    "step_seconds",
+    "samples",
+    "loss",
+    "hivemind_epoch",
+    "peers",
+)
+ROUND_COLUMNS = (
+    "round",
+    "timestamp",
+    "wall_seconds",
+    "epoch",
+    "kind",
+    "outcome",
+    "group_size",
+    "matchmaking_seconds",
+    "allreduce_seconds",
+    "blocking_seconds",
+    "error",
+)
+EVAL_COLUMNS = ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy")
+COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "optimizer_seconds", "averaging_seconds")
+ROUND_KINDS = ("gradients", "parameters")
+ROUND_OUTCOMES = ("ok", "failed", "timeout")
+EXIT_REASONS = ("max_steps", "target_loss", "collective_finish", "signal", "start_timeout", "error")
+COMPLETE_EXIT_REASONS = ("max_steps", "target_loss", "collective_finish")
+
+CONFIG_FILE = "config.json"
+STEPS_FILE = "steps.csv"
+ROUNDS_FILE = "rounds.csv"
+EVALS_FILE = "evals.csv"
+SUMMARY_FILE = "summary.json"
+MULTIADDRS_FILE = "multiaddrs.txt"
+RESULT_FILES = (CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE)
+
+_INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size"}
+_TEXT_COLUMNS = {"kind", "outcome", "error"}
+
+
+@dataclass
+class StepRecord:
+    """One local training step (a steps.csv row). Times in seconds; ``timestamp`` is Unix time at the step's
+    end.
+
+    ``wall_seconds`` counts from the start barrier's release (the writer fills it in when left None).
+    """
+
+    step: int
+    timestamp: float
+    data_seconds: float
+    compute_seconds: float
+    optimizer_seconds: float
+    averaging_seconds: float
+    step_seconds: float
+    samples: int
+    loss: float
+    hivemind_epoch: int
+    peers: int
+    wall_seconds: float | None = None
+
+
+@dataclass
+class RoundRecord:
+    """One averaging round as a strategy measured it (a rounds.csv row; the writer numbers it and adds wall
+    time).
+
+    :param timestamp: Unix time (s) when the round ended
+    :param epoch: the Hivemind epoch the round belongs to
+    :param kind: ``gradients`` or ``parameters``
+    :param outcome: ``ok``, ``failed`` or ``timeout``
+    :param group_size: peers in the averaging group (None when no group formed or unknown)
+    :param matchmaking_seconds: time spent forming the group (None when not separable)
+    :param allreduce_seconds: time of the all-reduce itself (None when not measured)
+    :param blocking_seconds: time the training step was blocked by this round (None when not measured)
+    :param error: a short error text for failed rounds (None when ok)
+    """
+
+    timestamp: float
+    epoch: int
+    kind: str
+    outcome: str
+    group_size: int | None = None
+    matchmaking_seconds: float | None = None
+    allreduce_seconds: float | None = None
+    blocking_seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class EvalRecord:
+    """One validation pass (an evals.csv row)."""
+
+    step: int
+    timestamp: float
+    val_loss: float
+    val_accuracy: float
+    wall_seconds: float | None = None
+
+
+class ResultsWriter:
+    """Writes one peer's results directory as the run goes.
+
+    :param run_dir: the results directory (created if missing)
+    :param flush_every: steps between flushes of steps.csv to the OS (a SIGKILL loses at most this many steps)
+    :param write_evals: create evals.csv (when evaluation is enabled)
+
+    >>> import tempfile
+    >>> writer = ResultsWriter(tempfile.mkdtemp(), flush_every=5)
+    >>> writer.start_clock(1_700_000_000.0)
+    >>> writer.close()
+    """
+
+    def __init__(
+        self, run_dir: str | os.PathLike[str], *, flush_every: int = 5, write_evals: bool = False
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.flush_every = max(1, flush_every)
+        self._lock = threading.Lock()
+        self._clock_origin: float | None = None
+        self._round_number = 0
+        self._unflushed_steps = 0
+        self._steps = self._open_csv(STEPS_FILE, STEP_COLUMNS)
+        self._rounds = self._open_csv(ROUNDS_FILE, ROUND_COLUMNS)
+        self._evals = self._open_csv(EVALS_FILE, EVAL_COLUMNS) if write_evals else None
+
+    def _open_csv(self, name: str, columns: tuple[str, ...]) -> tuple[TextIO, Any]:
+        handle = open(self.run_dir / name, "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        handle.flush()
+        return handle, writer
+
+    # ---------------------------------------------------------------- clock
+
+    def start_clock(self, origin_timestamp: float) -> None:
+        """Set the Unix time ``wall_seconds`` counts from (the start barrier's release)."""
+        self._clock_origin = origin_timestamp
+
+    def wall_seconds(self, timestamp: float) -> float | None:
+        return None if self._clock_origin is None else timestamp - self._clock_origin
+
+    # ---------------------------------------------------------------- rows
+
+    def write_step(self, record: StepRecord) -> None:
+        if record.wall_seconds is None:
+            record.wall_seconds = self.wall_seconds(record.timestamp)
+        handle, writer = self._steps
+        row = asdict(record)
+        with self._lock:
+            writer.writerow([_cell(row[c]) for c in STEP_COLUMNS])
+            self._unflushed_steps += 1
+            if self._unflushed_steps >= self.flush_every:
+                handle.flush()
+                self._unflushed_steps = 0
+
+    def write_round(self, record: RoundRecord) -> int:
+        """Append a round (thread-safe: strategies report from their own threads); returns its number."""
+        with self._lock:
+            self._round_number += 1
+            row = asdict(record)
+            row["round"] = self._round_number
+            row["wall_seconds"] = self.wall_seconds(record.timestamp)
+            handle, writer = self._rounds
+            writer.writerow([_cell(row[c]) for c in ROUND_COLUMNS])
+            handle.flush()
+            return self._round_number
+
+    def write_eval(self, record: EvalRecord) -> None:
+        if self._evals is None:
+            raise RuntimeError("ResultsWriter was created with write_evals=False")
+        if record.wall_seconds is None:
+            record.wall_seconds = self.wall_seconds(record.timestamp)
+        handle, writer = self._evals
+        row = asdict(record)
+        with self._lock:
+            writer.writerow([_cell(row[c]) for c in EVAL_COLUMNS])
+            handle.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            for pair in (self._steps, self._rounds, self._evals):
+                if pair is not None and not pair[0].closed:
+                    pair[0].flush()
+            self._unflushed_steps = 0
+
+    # ---------------------------------------------------------------- whole-file documents
+
+    def write_config(self, document: dict[str, Any]) -> None:
+        write_json_atomic(self.run_dir / CONFIG_FILE, document)
+
+    def write_summary(self, document: dict[str, Any]) -> None:
+        self.flush()
+        write_json_atomic(self.run_dir / SUMMARY_FILE, document)
+
+    def close(self) -> None:
+        with self._lock:
+            for pair in (self._steps, self._rounds, self._evals):
+                if pair is not None and not pair[0].closed:
+                    pair[0].flush()
+                    os.fsync(pair[0].fileno())
+                    pair[0].close()
+
+
+# -------------------------------------------------------------------- directory helpers
+
+
+def prepare_run_dir(run_dir: str | os.PathLike[str], *, overwrite: bool) -> Path:
+    """Create ``run_dir``; refuse one holding a finished run unless ``overwrite`` (then clear its result
+    files).
+
+    Raises FileExistsError naming the directory.
+    """
+    path = Path(run_dir)
+    if is_complete(path) and not overwrite:
+        raise FileExistsError(
+            f"results dir already holds a finished run, pass --overwrite to replace it: {path}"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    for name in RESULT_FILES:
+        (path / name).unlink(missing_ok=True)
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike[str], document: dict[str, Any]) -> None:
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2, sort_keys=False, default=_json_default)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, target)
+
+
+def write_multiaddrs(run_dir: str | os.PathLike[str], addresses: list[str]) -> Path:
+    """Write the bootstrap peer's visible multiaddrs, one per line, atomically (others poll for this file)."""
+    target = Path(run_dir) / MULTIADDRS_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.write_text("".join(f"{address}\n" for address in addresses), encoding="utf-8")
+    os.replace(temporary, target)
+    return target
+
+
+# -------------------------------------------------------------------- readers
+
+
+def read_steps(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """steps.csv as typed dicts (a trailing row cut short by a crash is dropped)."""
+    return _read_csv(Path(run_dir) / STEPS_FILE, STEP_COLUMNS)
+
+
+def read_rounds(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return _read_csv(Path(run_dir) / ROUNDS_FILE, ROUND_COLUMNS)
+
+
+def read_evals(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return _read_csv(Path(run_dir) / EVALS_FILE, EVAL_COLUMNS)
+
+
+def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """summary.json, or None when the run has not written one (still running, or killed)."""
+    return _read_json(Path(run_dir) / SUMMARY_FILE)
+
+
+def read_config(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    return _read_json(Path(run_dir) / CONFIG_FILE)
+
+
+def is_complete(run_dir: str | os.PathLike[str]) -> bool:
+    """True when ``run_dir`` holds a finished run (summary.json with ``complete: true``)."""
+    summary = read_summary(run_dir)
+    return bool(summary and summary.get("complete") is True)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    if not text:
+        return []
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # the last row was cut short
+    rows: list[dict[str, Any]] = []
+    reader = csv.reader(line for line in lines if line)
+    header = next(reader, None)
+    if header is None:
+        return []
+    if tuple(header) != columns:
+        raise ValueError(f"{path}: unexpected columns {header}, expected {list(columns)}")
+    for cells in reader:
+        if len(cells) != len(columns):
+            continue
+        rows.append({name: _parse(name, cell) for name, cell in zip(columns, cells, strict=True)})
+    return rows
+
+
+def _parse(name: str, cell: str) -> Any:
+    if cell == "":
+        return None
+    if name in _TEXT_COLUMNS:
+        return cell
+    if name in _INT_COLUMNS:
+        return int(float(cell))
+    return float(cell)
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(round(value, 9)) if abs(value) < 1e6 else repr(value)
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,216 @@
+"""``trainer run``: prepare everything, pass the start barrier, run the loop, always leave a summary.
+
+Exit codes (docs/architecture.md): 0 finished (any normal exit reason, including a signal), 2 bad input before
+training, 3 start barrier timed out, 1 crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from trainer.config import ConfigError, RunConfig
+from trainer.data import build_loaders
+from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
+from trainer.loop import LoopLimits, TrainingLoop, evaluate_at_end
+from trainer.models import build_model
+from trainer.results import ResultsWriter, RoundRecord, prepare_run_dir
+from trainer.shutdown import StopRequested, StopSignals
+from trainer.stats import RunStats
+from trainer.strategies import get_strategy
+from trainer.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_CRASH, EXIT_BAD_INPUT, EXIT_START_TIMEOUT = 0, 1, 2, 3
+
+
+def fail(message: str) -> int:
+    """Report bad input as the one line the contract asks for; returns exit status 2."""
+    print(f"trainer: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT
+
+
+class RunSession:
+    """One trainer run from validated settings to summary.json.
+
+    :param config: validated settings (``RunConfig.validate()`` already called)
+    """
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.peer_id = config.resolved_peer_id
+        self.start_timestamp = time.time()
+        self.stats = RunStats(target_loss=config.target_loss)
+        self.signals = StopSignals()
+        self.telemetry: Telemetry | None = None
+        self.writer: ResultsWriter | None = None
+        self.barrier_release: float | None = None
+        self.start_wait: float | None = None
+
+    # ---------------------------------------------------------------- phases
+
+    def prepare(self) -> None:
+        """Everything that can fail on bad input, before any training (raises
+        ConfigError/FileExistsError/OSError)."""
+        config = self.config
+        prepare_run_dir(config.results_dir, overwrite=config.overwrite)
+        self.cpu = apply_vcpus(config.vcpus)
+        torch.manual_seed(config.seed)
+        self.train_loader, self.val_loader = build_loaders(config)
+        self.model = build_model(config.model, seed=config.seed)
+        self.telemetry = Telemetry(run_id=config.run_id, peer=self.peer_id, strategy=config.strategy)
+        self.telemetry.set_run_info(config)
+        port = None
+        if config.metrics_port >= 0:
+            try:
+                port = self.telemetry.start_exporter(config.metrics_port, config.metrics_address)
+            except OSError as exc:
+                what = f"cannot serve metrics: {exc.strerror or exc}"
+                raise ConfigError(what, "metrics_port", config.metrics_port) from exc
+        self.writer = ResultsWriter(config.results_dir, write_evals=config.eval_every > 0)
+        self.writer.write_config(self.config_document(port))
+
+    def config_document(self, metrics_port: int | None) -> dict[str, Any]:
+        settings = self.config.to_dict()
+        settings["peer_id"] = self.peer_id
+        settings["data_root"] = self.config.resolved_data_root
+        return {
+            **settings,
+            "versions": package_versions(),
+            "host": host_facts(),
+            "git_revision": git_revision(),
+            "metrics_port": metrics_port,
+            "cpu": self.cpu,
+            "start_timestamp": self.start_timestamp,
+        }
+
+    def on_round(self, record: RoundRecord) -> None:
+        """Fan a strategy's averaging round out to rounds.csv, the exporter and the summary counts."""
+        self.stats.add_round(record)
+        if self.writer is not None:
+            self.writer.write_round(record)
+        if self.telemetry is not None:
+            self.telemetry.observe_round(record)
+
+    def execute(self) -> int:
+        """Strategy setup, start barrier, training, finish and summary; returns the exit code."""
+        config = self.config
+        strategy = get_strategy(config.strategy)
+        self.signals.install()
+        exit_reason, exit_code = "error", EXIT_CRASH
+        loop: TrainingLoop | None = None
+        try:
+            self.signals.interrupting = True
+            try:
+                strategy.setup(self.model, config, self.on_round)
+            except (ValueError, ConnectionError) as exc:
+                return fail(_one_line(exc))
+            self.start_wait = strategy.wait_for_start()
+            self.barrier_release = time.time()
+            self.signals.interrupting = False
+            if self.writer is None or self.telemetry is None:
+                raise RuntimeError("RunSession.prepare() must run before execute()")
+            self.writer.start_clock(self.barrier_release)
+            self.telemetry.set_start_timestamp(self.barrier_release)
+            log.info("start barrier released after %.1f s", self.start_wait)
+            loop = TrainingLoop(
+                model=self.model,
+                strategy=strategy,
+                train_loader=self.train_loader,
+                val_loader=self.val_loader,
+                limits=LoopLimits(
+                    max_steps=config.max_steps, eval_every=config.eval_every, eval_batches=config.eval_batches
+                ),
+                stats=self.stats,
+                writer=self.writer,
+                telemetry=self.telemetry,
+                signals=self.signals,
+            )
+            exit_reason = loop.run(clock_origin=self.barrier_release)
+            evaluate_at_end(loop, exit_reason, config.eval_every)
+            exit_code = EXIT_OK
+        except TimeoutError as exc:
+            exit_reason, exit_code = "start_timeout", EXIT_START_TIMEOUT
+            print(f"trainer: error: {_one_line(exc)}", file=sys.stderr, flush=True)
+        except (StopRequested, KeyboardInterrupt):
+            exit_reason, exit_code = "signal", EXIT_OK
+        except Exception as exc:
+            if self.signals.requested:  # e.g. a DataLoader worker killed by the same signal
+                exit_reason, exit_code = "signal", EXIT_OK
+                log.info("stopped by %s: %s", self.signals.signal_name, _one_line(exc))
+            else:
+                traceback.print_exc()
+                exit_reason, exit_code = "error", EXIT_CRASH
+        finally:
+            self.signals.interrupting = True
+            details = self._finish_strategy(strategy, exit_reason)
+            self._write_summary(exit_reason, details)
+            self.signals.restore()
+        log.info("run ended: %s after %d steps", exit_reason, self.stats.steps)
+        return exit_code
+
+    def _finish_strategy(self, strategy: Any, exit_reason: str) -> dict[str, Any]:
+        """Call strategy.finish (always, even after a failed setup), tolerating a signal or error inside
+        it."""
+        try:
+            strategy.finish(exit_reason)
+        except (StopRequested, KeyboardInterrupt):
+            log.warning("strategy shutdown interrupted by a second signal")
+        except Exception:
+            log.exception("strategy shutdown failed")
+        details = getattr(strategy, "summary_details", None)
+        if callable(details):
+            try:
+                return dict(details())
+            except Exception:
+                log.exception("strategy summary details failed")
+        return {}
+
+    def _write_summary(self, exit_reason: str, details: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        summary = self.stats.summary(
+            run_id=self.config.run_id,
+            peer_id=self.peer_id,
+            strategy=self.config.strategy,
+            exit_reason=exit_reason,
+            start_timestamp=self.start_timestamp,
+            barrier_release_timestamp=self.barrier_release,
+            start_wait_seconds=self.start_wait,
+            end_timestamp=time.time(),
+            extra={"strategy_details": details} if details else None,
+        )
+        self.writer.write_summary(summary)
+        self.writer.close()
+
+    def close(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.stop_exporter()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def run(config: RunConfig) -> int:
+    """Run one trainer process's job; returns the exit code."""
+    session = RunSession(config)
+    try:
+        try:
+            session.prepare()
+        except (ConfigError, FileExistsError) as exc:
+            return fail(_one_line(exc))
+        except OSError as exc:
+            return fail(f"cannot prepare the run: {_one_line(exc)}")
+        return session.execute()
+    finally:
+        session.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())

@@ -1,0 +1,55 @@
+"""SIGTERM/SIGINT handling: stop after the current step, or at once while waiting at the start barrier."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequested(Exception):
+    """Raised in the main thread when a stop signal must interrupt what it is doing (barrier wait, second
+    signal)."""
+
+
+class StopSignals:
+    """Turns SIGTERM/SIGINT into a stop request the training loop checks between steps.
+
+    While :attr:`interrupting` is set (waiting at the start barrier, evaluating), a signal raises
+    :class:`StopRequested` at once; during training it only sets :attr:`requested`, and a second signal
+    raises.
+
+    >>> signals = StopSignals()
+    >>> signals.requested
+    False
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name: str | None = None
+        self.interrupting = False
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        already = self.requested
+        self.requested = True
+        self.signal_name = signal.Signals(number).name
+        if self.interrupting or already:
+            raise StopRequested(self.signal_name)
+        log.info("%s received: stopping after the current step", self.signal_name)

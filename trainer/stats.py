@@ -1,0 +1,145 @@
+"""Running statistics of one run and the summary.json document built from them."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.results import COMPLETE_EXIT_REASONS, COMPONENTS, RoundRecord, StepRecord
+
+LOSS_WINDOW = 10
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Linear-interpolated percentile (``fraction`` in 0..1) of ``values``; None when empty.
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5)
+    2.5
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * fraction
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class RunStats:
+    """Accumulates what summary.json reports: time components, samples, losses, time to target, rounds.
+
+    Losses are smoothed (mean of the last ``LOSS_WINDOW`` steps) so one lucky batch does not count as reaching
+    the target: ``final_loss`` is the smoothed loss at the end, ``best_loss`` its minimum over the run.
+
+    :param target_loss: the smoothed training loss whose first crossing is the time to target (None: no
+        target)
+    """
+
+    target_loss: float | None = None
+    steps: int = 0
+    samples: int = 0
+    final_loss: float | None = None
+    best_loss: float | None = None
+    hivemind_epoch: int = 0
+    time_to_target_loss_seconds: float | None = None
+    rounds_ok: int = 0
+    rounds_failed: int = 0
+    final_val_loss: float | None = None
+    final_val_accuracy: float | None = None
+    components: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in COMPONENTS})
+    _recent_losses: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_WINDOW))
+
+    def add_step(self, record: StepRecord) -> bool:
+        """Account one step; returns True when this step first reached the target loss."""
+        self.steps += 1
+        self.samples += record.samples
+        self.hivemind_epoch = record.hivemind_epoch
+        for name in COMPONENTS:
+            self.components[name].append(getattr(record, name))
+        if math.isfinite(record.loss):
+            self._recent_losses.append(record.loss)
+        smoothed = self.smoothed_loss
+        self.final_loss = smoothed
+        if smoothed is not None and (self.best_loss is None or smoothed < self.best_loss):
+            self.best_loss = smoothed
+        reached = (
+            self.target_loss is not None
+            and self.time_to_target_loss_seconds is None
+            and smoothed is not None
+            and smoothed <= self.target_loss
+        )
+        if reached:
+            self.time_to_target_loss_seconds = record.wall_seconds
+        return reached
+
+    @property
+    def smoothed_loss(self) -> float | None:
+        """Mean training loss of the last ``LOSS_WINDOW`` steps (fewer at the start)."""
+        return sum(self._recent_losses) / len(self._recent_losses) if self._recent_losses else None
+
+    def add_round(self, record: RoundRecord) -> None:
+        if record.outcome == "ok":
+            self.rounds_ok += 1
+        else:
+            self.rounds_failed += 1
+
+    def add_eval(self, val_loss: float, val_accuracy: float) -> None:
+        self.final_val_loss = val_loss
+        self.final_val_accuracy = val_accuracy
+
+    def component_summary(self) -> dict[str, dict[str, float | None]]:
+        summary = {}
+        for name, values in self.components.items():
+            summary[name] = {
+                "mean": sum(values) / len(values) if values else None,
+                "p50": percentile(values, 0.50),
+                "p95": percentile(values, 0.95),
+                "total": sum(values),
+            }
+        return summary
+
+    def summary(
+        self,
+        *,
+        run_id: str,
+        peer_id: str,
+        strategy: str,
+        exit_reason: str,
+        start_timestamp: float,
+        barrier_release_timestamp: float | None,
+        start_wait_seconds: float | None,
+        end_timestamp: float,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The summary.json document (schema in docs/architecture.md)."""
+        wall = end_timestamp - barrier_release_timestamp if barrier_release_timestamp is not None else 0.0
+        document: dict[str, Any] = {
+            "run_id": run_id,
+            "peer_id": peer_id,
+            "strategy": strategy,
+            "exit_reason": exit_reason,
+            "complete": exit_reason in COMPLETE_EXIT_REASONS,
+            "steps": self.steps,
+            "samples": self.samples,
+            "wall_seconds": wall,
+            "samples_per_second": self.samples / wall if wall > 0 else None,
+            "start_timestamp": start_timestamp,
+            "barrier_release_timestamp": barrier_release_timestamp,
+            "start_wait_seconds": start_wait_seconds,
+            "end_timestamp": end_timestamp,
+            "final_loss": self.final_loss,
+            "best_loss": self.best_loss,
+            "target_loss": self.target_loss,
+            "time_to_target_loss_seconds": self.time_to_target_loss_seconds,
+            "hivemind_epoch": self.hivemind_epoch,
+            "rounds_ok": self.rounds_ok,
+            "rounds_failed": self.rounds_failed,
+            "final_val_loss": self.final_val_loss,
+            "final_val_accuracy": self.final_val_accuracy,
+            "components": self.component_summary(),
+        }
+        if extra:
+            document.update(extra)
+        return document

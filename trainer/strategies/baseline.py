@@ -1,0 +1,69 @@
+"""Single-node training: a plain torch optimizer, no averaging, no barrier."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import torch
+
+from trainer.strategies.base import StepOutcome
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from trainer.strategies.base import RoundSink
+
+log = logging.getLogger(__name__)
+
+
+def build_optimizer(name: str, parameters, learning_rate: float) -> torch.optim.Optimizer:
+    """``sgd`` (momentum 0.9) or ``adam``, the optimizers the study compares."""
+    if name == "sgd":
+        return torch.optim.SGD(parameters, lr=learning_rate, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(parameters, lr=learning_rate)
+    raise ValueError(f"unknown optimizer {name!r}, choose from sgd, adam")
+
+
+class BaselineStrategy:
+    """The regular single-node run the study compares Hivemind against.
+
+    >>> strategy = BaselineStrategy()
+    >>> strategy.wait_for_start()
+    0.0
+    """
+
+    name = "baseline"
+    finishes_collectively = False
+
+    def __init__(self) -> None:
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._steps = 0
+
+    def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
+        self.optimizer = build_optimizer(config.optimizer, model.parameters(), config.learning_rate)
+
+    def wait_for_start(self) -> float:
+        return 0.0
+
+    def _ready(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise RuntimeError("BaselineStrategy.setup(model, config, on_round) must be called first")
+        return self.optimizer
+
+    def zero_grad(self) -> None:
+        self._ready().zero_grad(set_to_none=True)
+
+    def step(self, batch_size: int) -> StepOutcome:
+        self._ready().step()
+        self._steps += 1
+        return StepOutcome()
+
+    def request_stop(self, reason: str) -> None:
+        """Not called for the baseline (it does not finish collectively): the loop stops at once."""
+
+    def stop_reason(self) -> str | None:
+        return None
+
+    def finish(self, exit_reason: str) -> None:
+        log.debug("baseline finished after %d steps (%s)", self._steps, exit_reason)

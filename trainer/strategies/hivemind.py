@@ -1,0 +1,382 @@
+"""Collaborative training as one peer of a Hivemind run (``hivemind.Optimizer``, decentralized averaging).
+
+What this strategy adds to the shared loop (trainer/strategies/base.py):
+
+- setup: joins the run's DHT (``--listen``, ``--initial-peers``; unreachable peers are retried for a bounded
+  time, then ConnectionError), the bootstrap peer writes ``multiaddrs.txt``, builds ``hivemind.Optimizer``
+  with the averagers instrumented per round (trainer/hivemind_rounds.py);
+- wait_for_start: loads the collaboration's state when the run is already under way, then the start barrier
+  (trainer/coordination.py);
+- step: one ``Optimizer.step``, the time it blocked on averaging, the rounds that finished, global progress;
+- the collective finish: a run ends at an epoch boundary every peer shares. At each boundary a peer checks
+  whether it can complete one more epoch within ``--max-steps`` (judged by its steps in the last epoch, with
+  a margin); if not it publishes "stop at this epoch" and stops, and every other peer stops as soon as it
+  reads that (its ``stop_reason`` is ``collective_finish``). A peer stopped by anything else publishes the
+  same on its way out. When the loop hands its own stop conditions over (``finishes_collectively``),
+  ``request_stop`` publishes the next boundary instead and the peer trains on until it (bounded);
+- finish: leaves pending rounds cleanly (tag along / cancel, wait for the background parameter round), keeps
+  serving for up to ``--finish-grace`` seconds until every peer said it is done, then shuts the averagers,
+  the DHT and p2pd down and ends any of their processes that outlived the shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.hivemind_rounds import RoundCollector, averager_classes, check_internals
+from trainer.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
+from trainer.strategies.base import StepOutcome
+from trainer.strategies.baseline import build_optimizer
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from trainer.strategies.base import RoundSink
+
+log = logging.getLogger(__name__)
+
+#: joining the DHT through unreachable initial peers is retried for at most this long (and --start-timeout)
+JOIN_RETRY_SECONDS = 60.0
+#: a peer stops at an epoch boundary when fewer than this many epochs' worth of its steps remain
+EPOCH_MARGIN = 1.5
+#: values of the final parameters kept in the summary (evenly spaced), to compare peers
+PARAMETER_SAMPLES = 16
+
+
+class HivemindStrategy:
+    """One peer of a Hivemind collaborative run (see the module docstring)."""
+
+    name = "hivemind"
+    finishes_collectively = True
+
+    def __init__(self) -> None:
+        self.config: RunConfig | None = None
+        self.model: torch.nn.Module | None = None
+        self.dht: Any = None
+        self.optimizer: Any = None
+        self.coordinator: Any = None
+        self.collector = RoundCollector()
+        self._on_round: RoundSink | None = None
+        # pid → start time of the hivemind processes (DHT, averagers, p2pd)
+        self._processes: dict[int, int] = {}
+        self._steps = 0
+        self._epoch = 0
+        self._epoch_started_step = 0
+        self._epoch_started_at = 0.0
+        self._last_epoch_steps: int | None = None
+        self._epoch_log: list[dict[str, float]] = []
+        self._own_reason: str | None = None  # our own stop condition, once it held
+        self._own_deadline: float | None = None  # bound on training on after request_stop
+        self._stop_reason: str | None = None
+        self._details: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
+        check_internals()
+        import hivemind
+
+        from trainer.coordination import RunCoordinator
+        from trainer.hivemind_rounds import instrumented_optimizer_class
+
+        self.config, self.model, self._on_round = config, model, on_round
+        self.collector.hold_seconds = 2 * config.averaging_timeout
+        grad_averager, state_averager = averager_classes()
+        # the queue must exist before the averagers fork
+        self.collector.install(grad_averager, state_averager)
+        self.dht = _join_dht(hivemind, config)
+        if not config.initial_peers:
+            addresses = [str(address) for address in self.dht.get_visible_maddrs()]
+            path = write_multiaddrs(config.results_dir, addresses)
+            log.info("bootstrap peer: DHT up, multiaddrs in %s: %s", path, " ".join(addresses))
+        optimizer_class = instrumented_optimizer_class()
+        self.optimizer = optimizer_class(
+            collector=self.collector,
+            state_averager_class=state_averager,
+            dht=self.dht,
+            run_id=config.run_id,
+            target_batch_size=config.target_batch_size,
+            batch_size_per_step=config.batch_size,
+            params=model.parameters(),
+            optimizer=lambda params: build_optimizer(config.optimizer, params, config.learning_rate),
+            use_local_updates=config.local_updates,
+            matchmaking_time=config.matchmaking_time,
+            averaging_timeout=config.averaging_timeout,
+            grad_averager_factory=None if config.local_updates else grad_averager,
+            verbose=False,
+        )
+        self.coordinator = RunCoordinator(
+            self.dht, config.run_id, config.resolved_peer_id, expected_peers=config.expected_peers
+        )
+        self._remember_processes()
+
+    def _remember_processes(self) -> None:
+        roots = [getattr(self.dht, "pid", None), getattr(self.optimizer.state_averager, "pid", None)]
+        if self.optimizer.grad_averager is not None:
+            roots.append(getattr(self.optimizer.grad_averager, "pid", None))
+        for pid in _descendants([pid for pid in roots if pid]):
+            started = _start_time(pid)
+            if started is not None:
+                self._processes[pid] = started
+
+    # ------------------------------------------------------------------ start
+
+    def wait_for_start(self) -> float:
+        optimizer, config = self._ready(), self.config
+        started = time.monotonic()
+        if optimizer.tracker.global_epoch > optimizer.local_epoch:
+            log.info("run under way at epoch %d: loading state from peers", optimizer.tracker.global_epoch)
+            optimizer.load_state_from_peers()
+        self.coordinator.wait_for_peers(max(0.0, config.start_timeout - (time.monotonic() - started)))
+        self._remember_processes()
+        self._epoch = optimizer.local_epoch
+        self._epoch_started_at = time.monotonic()
+        return time.monotonic() - started
+
+    # ------------------------------------------------------------------ steps
+
+    def zero_grad(self) -> None:
+        self._ready().zero_grad()
+
+    def step(self, batch_size: int) -> StepOutcome:
+        optimizer = self._ready()
+        optimizer.step_averaging_seconds = 0.0
+        optimizer.step(batch_size=batch_size)
+        self._steps += 1
+        epoch = optimizer.local_epoch
+        if epoch != self._epoch:
+            self._on_new_epoch(epoch)
+        self._report_rounds(epoch)
+        self.coordinator.poll_stop()
+        progress = optimizer.tracker.global_progress
+        return StepOutcome(
+            averaging_seconds=optimizer.step_averaging_seconds,
+            hivemind_epoch=epoch,
+            peers=max(1, int(progress.num_peers)),
+            collective_samples=int(progress.samples_accumulated),
+        )
+
+    def _on_new_epoch(self, epoch: int) -> None:
+        now = time.monotonic()
+        steps = self._steps - self._epoch_started_step
+        self._epoch_log.append(
+            {"epoch": epoch, "steps": steps, "seconds": round(now - self._epoch_started_at, 3)}
+        )
+        self._last_epoch_steps = steps
+        self._epoch, self._epoch_started_step, self._epoch_started_at = epoch, self._steps, now
+        remaining = self.config.max_steps - self._steps
+        if self._own_reason is None and remaining < EPOCH_MARGIN * steps:
+            # one more epoch would not fit in --max-steps: end the run for everybody at this boundary
+            self._own_reason = "max_steps"
+            self.coordinator.request_stop(epoch, "max_steps")
+
+    def _report_rounds(self, epoch: int, *, final: bool = False) -> None:
+        for timing in self.collector.poll(epoch, final=final):
+            if self._on_round is not None:
+                self._on_round(RoundRecord(**asdict(timing)))
+
+    # ------------------------------------------------------------------ the collective finish
+
+    def request_stop(self, reason: str) -> None:
+        if self._own_reason is not None:
+            return
+        optimizer, config = self._ready(), self.config
+        self._own_reason = reason
+        epoch = max(optimizer.local_epoch, optimizer.tracker.global_epoch) + 1
+        last_epoch = self._epoch_log[-1]["seconds"] if self._epoch_log else config.averaging_timeout
+        self._own_deadline = (
+            time.monotonic() + 2 * last_epoch + config.matchmaking_time + config.averaging_timeout
+        )
+        self.coordinator.request_stop(epoch, reason)
+
+    def stop_reason(self) -> str | None:
+        if self._stop_reason is not None:
+            return self._stop_reason
+        stop = self.coordinator.poll_stop() if self.coordinator is not None else None
+        if stop is not None and self._ready().local_epoch >= stop.epoch:
+            self._stop_reason = self._own_reason or "collective_finish"
+        elif self._own_deadline is not None and time.monotonic() >= self._own_deadline:
+            log.warning("collective stop not reached in time; stopping on our own (%s)", self._own_reason)
+            self._stop_reason = self._own_reason
+        return self._stop_reason
+
+    # ------------------------------------------------------------------ finish
+
+    def finish(self, exit_reason: str) -> None:
+        started = time.monotonic()
+        details = self._details
+        details["exit_reason"] = exit_reason
+        try:
+            if self.optimizer is not None:
+                self._leave(exit_reason, details)
+        finally:
+            self._shutdown(details)
+            details["finish_seconds"] = round(time.monotonic() - started, 3)
+            log.info("hivemind peer finished in %.1fs (%s)", details["finish_seconds"], exit_reason)
+
+    def _leave(self, exit_reason: str, details: dict[str, Any]) -> None:
+        optimizer, config = self.optimizer, self.config
+        optimizer.counting = False
+        epoch = optimizer.local_epoch
+        if self.coordinator.stop is None and exit_reason in COMPLETE_EXIT_REASONS:
+            # stopped mid-epoch on our own: everybody stops now
+            self.coordinator.request_stop(epoch, exit_reason)
+        stop = self.coordinator.stop
+        details.update(stop_epoch=stop.epoch if stop else None, stop_requested_by=stop.peer if stop else None)
+        released = time.monotonic()
+        optimizer.release_scheduled_rounds()
+        pending = time.monotonic()
+        optimizer.wait_for_background_rounds(config.averaging_timeout)
+        details["pending_rounds_seconds"] = round(time.monotonic() - pending, 3)
+        details["release_seconds"] = round(pending - released, 3)
+        details.update(self._parameters_fingerprint())
+        details["hivemind_epoch"] = optimizer.local_epoch
+        self.coordinator.announce_done(exit_reason, optimizer.local_epoch)
+        grace = config.finish_grace if exit_reason in COMPLETE_EXIT_REASONS else 0.0
+        waited, done, expected = self.coordinator.wait_for_others_done(grace)
+        details.update(grace_seconds=round(waited, 3), peers_done=done, peers_expected=expected)
+        self._report_rounds(optimizer.local_epoch)
+
+    def _shutdown(self, details: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            self._remember_processes()
+        if self.optimizer is not None:
+            try:
+                self.optimizer.shutdown()
+            except Exception:
+                log.exception("hivemind optimizer shutdown failed")
+        if self.dht is not None:
+            try:
+                self.dht.shutdown()
+            except Exception:
+                log.exception("DHT shutdown failed")
+        if self.optimizer is not None:
+            self._report_rounds(self.optimizer.local_epoch, final=True)
+            details["rounds_cancelled"] = self.collector.rounds_cancelled
+        details["processes_killed"] = _end_processes(self._processes)
+        details["epochs"] = self._epoch_log
+
+    def _parameters_fingerprint(self) -> dict[str, Any]:
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+        indices = torch.linspace(0, flat.numel() - 1, PARAMETER_SAMPLES).long()
+        return {
+            "final_params_sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
+            "final_params_sample": [float(v) for v in flat[indices]],
+            "final_params_norm": float(flat.norm()),
+        }
+
+    def summary_details(self) -> dict[str, Any]:
+        """Extra facts for summary.json (``strategy_details``): why and where the run stopped, the finish."""
+        return dict(self._details)
+
+    def _ready(self) -> Any:
+        if self.optimizer is None:
+            raise RuntimeError("HivemindStrategy.setup(model, config, on_round) must be called first")
+        return self.optimizer
+
+
+# ---------------------------------------------------------------------- DHT
+
+
+def _join_dht(hivemind: Any, config: RunConfig) -> Any:
+    """Start this peer's DHT; retry unreachable initial peers for a bounded time, then ConnectionError."""
+    bound = min(JOIN_RETRY_SECONDS, config.start_timeout)
+    deadline = time.monotonic() + bound
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return hivemind.DHT(
+                start=True, host_maddrs=[config.listen], initial_peers=list(config.initial_peers) or None
+            )
+        except Exception as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if not config.initial_peers:
+                raise ConnectionError(f"cannot start the DHT on {config.listen}: {reason}") from exc
+            if time.monotonic() >= deadline:
+                peers = " ".join(config.initial_peers)
+                raise ConnectionError(
+                    f"cannot reach the initial peers after {attempts} attempts in {bound:g}s: {reason} "
+                    f"(initial_peers={peers})"
+                ) from exc
+            log.warning("joining the DHT failed (%s); retrying", reason)
+            time.sleep(2.0)
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    """The given processes and all their descendants."""
+    children = _children_map()
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _end_processes(processes: dict[int, int], wait_seconds: float = 5.0) -> int:
+    """End hivemind's processes (DHT, averagers, p2pd) that outlived their shutdown; returns how many."""
+
+    def alive() -> list[int]:
+        return [pid for pid, started in processes.items() if _start_time(pid) == started and not _zombie(pid)]
+
+    deadline = time.monotonic() + wait_seconds
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leftover = alive()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        until = time.monotonic() + 2.0
+        while alive() and time.monotonic() < until:
+            time.sleep(0.1)
+        if not alive():
+            break
+    if leftover:
+        log.warning("ended %d hivemind processes that outlived the shutdown: %s", len(leftover), leftover)
+    return len(leftover)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -1,0 +1,226 @@
+"""Prometheus metrics of one trainer process (names, types, labels and buckets are defined here only).
+
+Every series carries ``run_id``, ``peer`` and ``strategy``; the averaging series add ``kind`` and
+``outcome``. Each process has its own :class:`~prometheus_client.CollectorRegistry` (no default
+process/platform collectors: the host's node_exporter covers those), and every labelled series exists at 0
+from start-up so rate() and absent() behave from the first scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from trainer.results import ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+BASE_LABELS = ("run_id", "peer", "strategy")
+ROUND_LABELS = ("kind", "outcome")
+# Seconds, 1 ms … 300 s: data loading and small-model steps sit in milliseconds, ResNet18 steps in tenths of a
+# second, averaging rounds in seconds, stalled rounds (timeouts) in minutes.
+BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    25.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+# Exposed family name → metric type. Dashboards, recording rules and tests import this.
+METRICS: dict[str, str] = {
+    "trainer_step_seconds": "histogram",
+    "trainer_data_loading_seconds": "histogram",
+    "trainer_compute_seconds": "histogram",
+    "trainer_optimizer_seconds": "histogram",
+    "trainer_averaging_seconds": "histogram",
+    "trainer_steps_total": "counter",
+    "trainer_samples_total": "counter",
+    "trainer_averaging_rounds_total": "counter",
+    "trainer_loss": "gauge",
+    "trainer_hivemind_epoch": "gauge",
+    "trainer_peers": "gauge",
+    "trainer_collective_samples": "gauge",
+    "trainer_target_batch_size": "gauge",
+    "trainer_start_timestamp_seconds": "gauge",
+    "trainer_run_info": "gauge",
+}
+# Extra labels beyond BASE_LABELS, per family.
+EXTRA_LABELS: dict[str, tuple[str, ...]] = {
+    "trainer_averaging_seconds": ROUND_LABELS,
+    "trainer_averaging_rounds_total": ROUND_LABELS,
+    "trainer_run_info": (
+        "model",
+        "dataset",
+        "batch_size",
+        "learning_rate",
+        "optimizer",
+        "max_steps",
+        "vcpus",
+        "data_workers",
+        "target_batch_size",
+        "local_updates",
+        "expected_peers",
+    ),
+}
+
+_HELP = {
+    "trainer_step_seconds": "Duration of a local training step (data + compute + optimizer)",
+    "trainer_data_loading_seconds": "Time a step was blocked waiting for its batch",
+    "trainer_compute_seconds": "Forward and backward time of a step",
+    "trainer_optimizer_seconds": "Optimizer step time, including time blocked on averaging",
+    "trainer_averaging_seconds": "Duration of an averaging round: all-reduce time, or blocking time when the "
+    "all-reduce was not measured",
+    "trainer_steps_total": "Local training steps taken",
+    "trainer_samples_total": "Training samples processed locally",
+    "trainer_averaging_rounds_total": "Averaging rounds by kind and outcome",
+    "trainer_loss": "Training loss of the latest step",
+    "trainer_hivemind_epoch": "Collective Hivemind epoch (0 for the baseline)",
+    "trainer_peers": "Live peers known to this peer, itself included (1 for the baseline)",
+    "trainer_collective_samples": "Samples accumulated by all peers towards the target batch size",
+    "trainer_target_batch_size": "Samples per Hivemind epoch (0 for the baseline)",
+    "trainer_start_timestamp_seconds": "Unix time the start barrier released this peer (0 before)",
+    "trainer_run_info": "Settings of this run as labels (value 1)",
+}
+
+
+def _family_kind(name: str) -> type:
+    return {"histogram": Histogram, "counter": Counter, "gauge": Gauge}[METRICS[name]]
+
+
+class Telemetry:
+    """The metrics of one trainer process and their HTTP exporter.
+
+    :param run_id: value of the ``run_id`` label
+    :param peer: value of the ``peer`` label
+    :param strategy: value of the ``strategy`` label
+    :param registry: registry to use (default: a new one for this object)
+
+    >>> telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="baseline")
+    >>> telemetry.registry.get_sample_value("trainer_steps_total", telemetry.base_labels)
+    0.0
+    """
+
+    def __init__(
+        self, *, run_id: str, peer: str, strategy: str, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.base_labels = {"run_id": run_id, "peer": peer, "strategy": strategy}
+        self.port: int | None = None
+        self._server: Any = None
+        self._families: dict[str, Any] = {}
+        for name in METRICS:
+            self._families[name] = self._create(name)
+        bound = {
+            name: family.labels(**self.base_labels)
+            for name, family in self._families.items()
+            if name not in EXTRA_LABELS
+        }
+        self._step = bound["trainer_step_seconds"]
+        self._data = bound["trainer_data_loading_seconds"]
+        self._compute = bound["trainer_compute_seconds"]
+        self._optimizer = bound["trainer_optimizer_seconds"]
+        self._steps = bound["trainer_steps_total"]
+        self._samples = bound["trainer_samples_total"]
+        self._loss = bound["trainer_loss"]
+        self._epoch = bound["trainer_hivemind_epoch"]
+        self._peers = bound["trainer_peers"]
+        self._collective = bound["trainer_collective_samples"]
+        self._tbs = bound["trainer_target_batch_size"]
+        self._start = bound["trainer_start_timestamp_seconds"]
+        self._round_seconds = {}
+        self._round_count = {}
+        for kind in ROUND_KINDS:
+            for outcome in ROUND_OUTCOMES:
+                key = (kind, outcome)
+                self._round_seconds[key] = self._families["trainer_averaging_seconds"].labels(
+                    **self.base_labels, kind=kind, outcome=outcome
+                )
+                self._round_count[key] = self._families["trainer_averaging_rounds_total"].labels(
+                    **self.base_labels, kind=kind, outcome=outcome
+                )
+        self._peers.set(1)
+
+    def _create(self, name: str) -> Any:
+        kind = _family_kind(name)
+        labels = BASE_LABELS + EXTRA_LABELS.get(name, ())
+        exposed = name[: -len("_total")] if kind is Counter else name
+        extra = {"buckets": BUCKETS} if kind is Histogram else {}
+        return kind(exposed, _HELP[name], labelnames=labels, registry=self.registry, **extra)
+
+    # ---------------------------------------------------------------- exporter
+
+    def start_exporter(self, port: int, address: str = "0.0.0.0") -> int:
+        """Serve /metrics on ``port`` (0: a free port); returns the bound port."""
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        self._server = server
+        self.port = int(server.server_port)
+        log.info("metrics at http://%s:%d/metrics", address, self.port)
+        return self.port
+
+    def stop_exporter(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # ---------------------------------------------------------------- updates
+
+    def set_run_info(self, config: RunConfig) -> None:
+        info = {label: _label_value(getattr(config, label)) for label in EXTRA_LABELS["trainer_run_info"]}
+        self._families["trainer_run_info"].labels(**self.base_labels, **info).set(1)
+        self._tbs.set(config.target_batch_size if config.strategy == "hivemind" else 0)
+
+    def set_start_timestamp(self, timestamp: float | None = None) -> None:
+        self._start.set(time.time() if timestamp is None else timestamp)
+
+    def observe_step(self, record: StepRecord, collective_samples: int | None = None) -> None:
+        self._step.observe(record.step_seconds)
+        self._data.observe(record.data_seconds)
+        self._compute.observe(record.compute_seconds)
+        self._optimizer.observe(record.optimizer_seconds)
+        self._steps.inc()
+        self._samples.inc(record.samples)
+        self._loss.set(record.loss)
+        self._epoch.set(record.hivemind_epoch)
+        self._peers.set(record.peers)
+        if collective_samples is not None:
+            self._collective.set(collective_samples)
+
+    def observe_round(self, record: RoundRecord) -> None:
+        key = (record.kind, record.outcome)
+        if key not in self._round_count:
+            log.warning("round with unknown kind/outcome %s not exported", key)
+            return
+        self._round_count[key].inc()
+        seconds = (
+            record.allreduce_seconds if record.allreduce_seconds is not None else record.blocking_seconds
+        )
+        if seconds is not None:
+            self._round_seconds[key].observe(seconds)
+
+
+def _label_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
