@@ -40,8 +40,7 @@ build_base() {
 }
 
 node_recipe_hash() {
-  { cat requirements/node.txt; printf '%s\n' "${node_packages[@]}"; cat roles/trainer/tasks/install.yml; } \
-    | sha256sum | cut -c1-16
+  { cat requirements/node.txt; printf '%s\n' "${node_packages[@]}"; } | sha256sum | cut -c1-16
 }
 
 cleanup_build_container() { podman rm -f -t 0 "$build_container" >/dev/null 2>&1 || true; }

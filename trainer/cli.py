@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from trainer.config import ConfigError, add_arguments, config_from_namespace
+from trainer.results import is_complete
 
 # Imported only when their subcommand runs: each provides configure_parser(parser) and main(args) -> int.
 SUBCOMMAND_MODULES = {
@@ -64,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = config_from_namespace(args)
         except ConfigError as exc:
             print(f"trainer: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        if is_complete(config.results_dir) and not config.overwrite:  # refuse before the slow torch import
+            message = "results dir already holds a finished run, pass --overwrite to replace it"
+            print(
+                f"trainer: error: {message} (results_dir={config.results_dir})", file=sys.stderr, flush=True
+            )
             return 2
         from trainer.runner import run
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+import zlib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,13 @@ log = logging.getLogger(__name__)
 GIT_REVISION_ENV = "TRAINER_GIT_REVISION"
 
 
-def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
+def apply_vcpus(vcpus: int | None, peer_id: str = "") -> dict[str, Any]:
     """Limit torch to ``vcpus`` threads (intra- and inter-op) and pin the process to ``vcpus`` cores.
 
-    Affinity is set where the host allows it (a container may forbid it); what was applied is returned for
-    config.json. ``None`` leaves torch's defaults and the inherited affinity.
+    Peers sharing a host get different cores: ``peer-NN`` takes the NN-th block of ``vcpus`` cores (wrapping
+    around), other names a block chosen by hash. Affinity is set where the host allows it (a container may
+    forbid it); what was applied is returned for config.json. ``None`` leaves torch's defaults and the
+    inherited affinity.
     """
     applied: dict[str, Any] = {"threads": torch.get_num_threads(), "affinity": _affinity()}
     if vcpus is None:
@@ -36,13 +40,22 @@ def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
         log.warning("could not set inter-op threads to %d: %s", vcpus, exc)
     allowed = _affinity()
     if allowed is not None and vcpus < len(allowed):
+        start = (_peer_index(peer_id) * vcpus) % len(allowed)
+        cores = [allowed[(start + offset) % len(allowed)] for offset in range(vcpus)]
         try:
-            os.sched_setaffinity(0, allowed[:vcpus])
+            os.sched_setaffinity(0, cores)
         except OSError as exc:
             log.warning("could not pin to %d cores: %s", vcpus, exc)
     applied.update(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads())
     applied["affinity"] = _affinity()
     return applied
+
+
+def _peer_index(peer_id: str) -> int:
+    digits = re.search(r"(\d+)$", peer_id)
+    if digits:
+        return max(int(digits.group(1)) - 1, 0)
+    return zlib.crc32(peer_id.encode())
 
 
 def _affinity() -> list[int] | None:

@@ -8,6 +8,8 @@ trainer grid grids/thesis.yml --only "strategy == 'baseline' and batch_size == 3
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -18,6 +20,7 @@ from trainer.grid_status import experiment_complete
 from trainer.grid_vars import PLAYBOOK_VARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOK_DEFAULT_PEERS = 8  # docs/architecture.md "Experiment playbook variables"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +77,41 @@ def select_runs(grid: Grid, only: str | None) -> list[Run]:
     return selected
 
 
+def inventory_peers(project_dir: Path, inventory: Path | None) -> list[str]:
+    """The hosts of group `peers` as ansible-inventory resolves the inventory (touches no host)."""
+    command = [str(Path(sys.executable).parent / "ansible-inventory"), "--list"]
+    if inventory is not None:
+        command += ["-i", str(inventory)]
+    try:
+        result = subprocess.run(command, cwd=project_dir, capture_output=True, text=True, timeout=300)
+    except OSError as error:
+        raise GridError(f"cannot run ansible-inventory: {error}") from None
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()] or ["no output"]
+        raise GridError(f"--inventory: ansible-inventory failed: {lines[-1]}")
+    groups = json.loads(result.stdout)
+
+    def hosts(group: str) -> list[str]:
+        entry = groups.get(group) or {}
+        found = list(entry.get("hosts", []))
+        for child in entry.get("children", []):
+            found += hosts(child)
+        return found
+
+    return list(dict.fromkeys(hosts("peers")))
+
+
+def check_inventory(grid: Grid, runs: list[Run], peers: list[str]) -> None:
+    """Refuse runs that need more peers than the inventory has (the playbook would)."""
+    for run in runs:
+        wanted = run.settings.get("peers", PLAYBOOK_DEFAULT_PEERS)
+        if wanted > len(peers):
+            raise GridError(
+                f"{grid.path}: {run.block}.peers: peers={wanted} (run {run.experiment_id}) but the inventory "
+                f"has only {len(peers)} hosts in group peers"
+            )
+
+
 def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> None:
     """The dry-run listing: one line per run, then totals per strategy."""
     print(f"grid {grid.name} ({grid.path})", file=out)
@@ -110,6 +148,8 @@ def main(args: argparse.Namespace) -> int:
             for name in ("experiment.yml", "teardown.yml"):
                 if not (args.playbook_dir / name).is_file():
                     raise GridError(f"--playbook-dir: {args.playbook_dir / name} does not exist")
+            project_dir = args.playbook_dir.resolve().parent
+            check_inventory(grid, runs, inventory_peers(project_dir, args.inventory))
     except GridError as error:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2

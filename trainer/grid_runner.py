@@ -255,7 +255,7 @@ class GridRunner:
 
     def _run_one(self, run: Run, stop: _StopRequest) -> str:
         record = self.status.runs[run.experiment_id]
-        extravars = run.extravars()
+        extravars = {**run.extravars(), "results_root": str(self.results_dir)}
         if (self.results_dir / run.experiment_id).exists():
             # partial results of an earlier attempt: the experiment is redone as a whole
             extravars["force"] = True
@@ -290,7 +290,8 @@ class GridRunner:
     def _teardown(self, run: Run, stop: _StopRequest) -> None:
         self.say(f"grid: tearing down {run.experiment_id} (playbooks/teardown.yml)")
         ident = f"teardown-{run.experiment_id}-{time.strftime('%Y%m%dT%H%M%S')}"
-        result = self.playbooks.run("teardown.yml", {"experiment_id": run.experiment_id}, ident, stop.forced)
+        extravars = {"experiment_id": run.experiment_id, "results_root": str(self.results_dir)}
+        result = self.playbooks.run("teardown.yml", extravars, ident, stop.forced)
         if result.status != "successful":
             self.say(f"grid: teardown {result.status}: {failure_message(result.log)} (log: {result.log})")
 

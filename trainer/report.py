@@ -1,10 +1,11 @@
-"""``trainer report RESULTS_DIR [--out DIR]``: the bottleneck report of every experiment in a results directory.
+"""``trainer report RESULTS_DIR [--out DIR]``: bottleneck report of a results directory.
 
-Writes `report.md` with tables and PNG plots, and each table as CSV, into `--out` (default RESULTS_DIR/report):
-loss over wall time (baseline vs Hivemind at the same batch size and LR), time to target loss with speedup and
-scaling efficiency, the step-time breakdown, averaging time per round against the bandwidth lower bound, and the
-effects of TBS, local updates, peers, batch size and LR with every experiment shown. Every number is computed
-from the raw steps.csv / rounds.csv (trainer/report_metrics.py states the definitions).
+Writes `report.md` with tables and PNG plots, and each table as CSV, into `--out` (default
+RESULTS_DIR/report): loss over wall time (baseline vs Hivemind at the same batch size and LR), time to
+target loss with speedup and scaling efficiency, the step-time breakdown, averaging time per round
+against the bandwidth lower bound, and the effects of TBS, local updates, peers, batch size and LR with
+every experiment shown. Every number is computed from the raw steps.csv / rounds.csv
+(trainer/report_metrics.py states the definitions).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from trainer.report_analysis import Analysis, analyse
 from trainer.report_data import load_experiments
 from trainer.report_metrics import __doc__ as DEFINITIONS
 
-_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$")
+_BANDWIDTH = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$"
+)
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
@@ -31,7 +34,9 @@ def parse_bandwidth(text: str) -> float:
     """
     match = _BANDWIDTH.match(text)
     if not match or float(match[1]) <= 0:
-        raise ValueError(f"bandwidth must be a positive number with an optional unit like 1Gbit or 125MB: {text!r}")
+        raise ValueError(
+            f"bandwidth must be a positive number with an optional unit like 1Gbit or 125MB: {text!r}"
+        )
     value = float(match[1]) * _PREFIX[match[2]]
     return value / 8 if match[3] in ("bit", "b") else value
 
@@ -43,7 +48,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target-loss",
         type=float,
-        help="target training loss for every group (default: per batch size/LR, the baselines' worst final loss)",
+        help="target training loss for every group "
+        "(default: per batch size and LR, the baselines' worst final loss)",
     )
     parser.add_argument(
         "--bandwidth",
@@ -61,7 +67,9 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"results directory not found: {args.results_dir}")
         experiments = load_experiments(args.results_dir)
         if not experiments:
-            raise ValueError(f"no experiment results (peer directories with steps.csv) under {args.results_dir}")
+            raise ValueError(
+                f"no experiment results (peer directories with steps.csv) under {args.results_dir}"
+            )
     except ValueError as error:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2
@@ -95,7 +103,10 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
     ]
     if incomplete:
-        lines += [f"Incomplete experiments (included, marked in `experiments.csv`): {', '.join(incomplete)}", ""]
+        lines += [
+            f"Incomplete experiments (included, marked in `experiments.csv`): {', '.join(incomplete)}",
+            "",
+        ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())
     lines += [
         "## Definitions",

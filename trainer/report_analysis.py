@@ -137,10 +137,11 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
             }
         )
     columns = (
-        "experiment_id setting batch_size learning_rate target_loss baselines baseline_time_s baseline_time_min_s "
-        "baseline_time_max_s hivemind_time_s speedup scaling_efficiency throughput_speedup"
-    ).split()
-    return _table("time_to_target", "Time to target loss, speedup and scaling efficiency", table, tuple(columns))
+        *("experiment_id", "setting", "batch_size", "learning_rate", "target_loss", "baselines"),
+        *("baseline_time_s", "baseline_time_min_s", "baseline_time_max_s", "hivemind_time_s"),
+        *("speedup", "scaling_efficiency", "throughput_speedup"),
+    )
+    return _table("time_to_target", "Time to target loss, speedup and scaling efficiency", table, columns)
 
 
 def breakdown_row(e: Experiment) -> dict[str, Any]:
@@ -191,7 +192,9 @@ def _averaging(analysis: Analysis) -> Table:
             matchmaking = [r["matchmaking_seconds"] for r in ok if r.get("matchmaking_seconds") is not None]
             groups = [r["group_size"] for r in ok if r.get("group_size")]
             group = int(median(groups)) if groups else e.peer_count
-            bound = bandwidth_bound(group, m_bytes, bandwidth) if m_bytes and bandwidth and group > 1 else None
+            bound = (
+                bandwidth_bound(group, m_bytes, bandwidth) if m_bytes and bandwidth and group > 1 else None
+            )
             middle = median(allreduce)
             moved = 2 * (group - 1) / group * m_bytes if m_bytes and group > 1 else None
             rows.append(
@@ -214,37 +217,49 @@ def _averaging(analysis: Analysis) -> Table:
                 }
             )
     columns = (
-        "experiment_id setting peers kind rounds_ok rounds_not_ok group_size matchmaking_median_s "
-        "allreduce_median_s allreduce_p95_s model_bytes bandwidth_bytes_per_s lower_bound_s allreduce_over_bound "
-        "effective_bandwidth_bytes_per_s"
-    ).split()
-    return _table("averaging", "Averaging time per round against the bandwidth lower bound", rows, tuple(columns))
+        *("experiment_id", "setting", "peers", "kind", "rounds_ok", "rounds_not_ok", "group_size"),
+        *("matchmaking_median_s", "allreduce_median_s", "allreduce_p95_s", "model_bytes"),
+        *(
+            "bandwidth_bytes_per_s",
+            "lower_bound_s",
+            "allreduce_over_bound",
+            "effective_bandwidth_bytes_per_s",
+        ),
+    )
+    return _table("averaging", "Averaging time per round against the bandwidth lower bound", rows, columns)
 
 
 def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
-    """One row per factor level and metric: every experiment's value listed (repeats are spread, not a mean)."""
+    """One row per factor level, strategy and metric, listing every experiment's value (the spread)."""
     shares = {row["experiment_id"]: row["averaging_share"] for row in analysis.tables["breakdown"].rows}
     table = []
     for factor in EFFECT_FACTORS:
-        subset = [e for e in analysis.experiments if factor in ("batch_size", "learning_rate") or not e.is_baseline]
-        levels: dict[Any, list[Experiment]] = defaultdict(list)
+        subset = [
+            e for e in analysis.experiments if factor in ("batch_size", "learning_rate") or not e.is_baseline
+        ]
+        levels: dict[tuple[Any, str], list[Experiment]] = defaultdict(list)
         for e in subset:
             level = e.peer_count if factor == "peers" else e.settings.get(factor)
             if level is not None:
-                levels[level].append(e)
-        for level in sorted(levels, key=lambda value: (str(type(value)), value)):
+                levels[level, e.strategy].append(e)
+        for level, strategy in sorted(levels, key=lambda key: (str(type(key[0])), key[0], key[1])):
             for metric in EFFECT_METRICS:
                 values = []
-                for e in levels[level]:
-                    value = shares[e.experiment_id] if metric == "averaging_share" else rows[e.experiment_id][metric]
+                for e in levels[level, strategy]:
+                    value = (
+                        shares[e.experiment_id]
+                        if metric == "averaging_share"
+                        else rows[e.experiment_id][metric]
+                    )
                     if value is not None and math.isfinite(value):
                         values.append(value)
                 table.append(
                     {
                         "factor": factor,
                         "level": level,
+                        "strategy": strategy,
                         "metric": metric,
-                        "experiments": len(levels[level]),
+                        "experiments": len(levels[level, strategy]),
                         "n": len(values),
                         "median": median(values),
                         "min": min(values) if values else None,
@@ -252,7 +267,7 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                         "values": " ".join(f"{v:.6g}" for v in values),
                     }
                 )
-    columns = ("factor", "level", "metric", "experiments", "n", "median", "min", "max", "values")
+    columns = ("factor", "level", "strategy", "metric", "experiments", "n", "median", "min", "max", "values")
     return _table("effects", "Effects of TBS, local updates, peers, batch size and LR", table, columns)
 
 

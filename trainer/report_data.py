@@ -1,10 +1,11 @@
 """Load a results directory for the report: one `Experiment` per `results/<experiment_id>/`.
 
-An experiment directory holds `experiment.json` (written by the experiment playbook: strategy, peers, settings,
-complete) and one subdirectory per peer (`peer-01`, ... or `baseline`) with the trainer's files. The settings the
-report groups by come from `experiment.json`'s ``settings``, completed from the first peer's `config.json` (what
-the trainer actually ran with); a directory without `experiment.json` whose subdirectories hold trainer results
-is read from the `config.json` files alone, so results of plain ``trainer run`` calls can be reported too.
+An experiment directory holds `experiment.json` (written by the experiment playbook: strategy, peers,
+settings, complete) and one subdirectory per peer (`peer-01`, ... or `baseline`) with the trainer's
+files. The settings the report groups by come from `experiment.json`'s ``settings``, completed from the
+first peer's `config.json` (what the trainer actually ran with); a directory without `experiment.json`
+whose subdirectories hold trainer results is read from the `config.json` files alone, so results of plain
+``trainer run`` calls can be reported too.
 """
 
 from __future__ import annotations

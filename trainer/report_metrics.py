@@ -2,15 +2,18 @@
 
 Definitions (also printed in report.md):
 
-- **loss curve**: every peer's steps merged in order of ``wall_seconds`` (seconds since the start barrier's
-  release), each point the mean training loss of the last ``LOSS_WINDOW × peers`` merged steps (for a baseline
-  exactly the trainer's own smoothed loss, trainer/stats.py).
-- **wall time**: the largest ``wall_seconds`` of any peer's last step; **throughput**: all peers' samples / wall.
+- **loss curve**: every peer's steps merged in order of ``wall_seconds`` (seconds since the start
+  barrier's release), each point the mean training loss of the last ``LOSS_WINDOW × peers`` merged steps
+  (for a baseline exactly the trainer's own smoothed loss, trainer/stats.py).
+- **wall time**: the largest ``wall_seconds`` of any peer's last step; **throughput**: all peers' samples
+  / wall.
 - **time to target**: the first wall time at which the loss curve is at or below the target loss.
-- **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to target;
-  **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per vCPU.
-- **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the optimizer's own
-  time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares of the summed step time.
+- **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to
+  target; **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per
+  vCPU.
+- **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the
+  optimizer's own time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares
+  of the summed step time.
 - **averaging bound**: 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes.
 """
 
@@ -73,7 +76,7 @@ def _md_cell(value: Any) -> str:
     return str(value)
 
 
-# ------------------------------------------------------------------------------------------------ per experiment
+# ---------------------------------------------------------------------------------------- per experiment
 
 
 def merged_steps(experiment: Experiment) -> list[dict[str, Any]]:
@@ -128,11 +131,11 @@ def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float) -> fl
     return 2 * (group_size - 1) / group_size * model_bytes / bandwidth
 
 
-# ------------------------------------------------------------------------------------------------ targets
+# ---------------------------------------------------------------------------------------- targets
 
 
 def default_targets(experiments: list[Experiment], curves: dict[str, Any]) -> dict[tuple[Any, ...], float]:
-    """Per comparison group: the highest final smoothed loss among its baseline repeats (every one reaches it)."""
+    """Per comparison group: the highest final smoothed loss of its baseline repeats (all reach it)."""
     targets: dict[tuple[Any, ...], float] = {}
     for experiment in experiments:
         losses = curves[experiment.experiment_id][1]
@@ -142,7 +145,9 @@ def default_targets(experiments: list[Experiment], curves: dict[str, Any]) -> di
     return targets
 
 
-def target_for(experiment: Experiment, targets: dict[tuple[Any, ...], float], given: float | None) -> float | None:
+def target_for(
+    experiment: Experiment, targets: dict[tuple[Any, ...], float], given: float | None
+) -> float | None:
     return given if given is not None else targets.get(experiment.comparison_key())
 
 
@@ -151,4 +156,3 @@ def model_bytes(model: str) -> int:
     from trainer.models import build_model
 
     return 4 * sum(parameter.numel() for parameter in build_model(model).parameters())
-

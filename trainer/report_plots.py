@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from trainer.report_analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
 from trainer.report_metrics import bandwidth_bound  # noqa: E402
 
+STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452"}
 PART_COLOURS = {
     "data": "#4c72b0",
     "compute": "#55a868",
@@ -36,7 +37,7 @@ def _no_data(axis: Any, text: str = "no data") -> None:
 
 
 def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
-    """One plot per (model, dataset, batch size, LR): baselines (black/grey) and Hivemind runs over wall time."""
+    """One plot per (model, dataset, batch size, LR): baselines (black) and Hivemind runs over wall time."""
     groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for e in analysis.experiments:
         groups[e.comparison_key()].append(e)
@@ -46,7 +47,9 @@ def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
         figure, axis = plt.subplots(figsize=(8, 4.5))
         for e in sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id)):
             times, losses = analysis.curves[e.experiment_id]
-            style = {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
+            style = (
+                {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
+            )
             axis.plot(times, losses, label=f"{e.label()} ({e.experiment_id[-2:]})", **style)
         targets = {analysis.targets[e.experiment_id] for e in groups[key]} - {None}
         for target in targets:
@@ -96,7 +99,9 @@ def averaging_plot(analysis: Analysis, out: Path) -> Path:
             axis.scatter(jitter[: len(allreduce)], allreduce, s=8, alpha=0.5, color="#c44e52")
             drawn = True
         if matchmaking:
-            axis.scatter(jitter[: len(matchmaking)], matchmaking, s=10, marker="x", alpha=0.4, color="#4c72b0")
+            axis.scatter(
+                jitter[: len(matchmaking)], matchmaking, s=10, marker="x", alpha=0.4, color="#4c72b0"
+            )
         m_bytes = analysis.model_bytes.get(str(e.settings.get("model")))
         bandwidth = analysis.bandwidth or e.bandwidth_bytes_per_second
         if m_bytes and bandwidth and x > 1:
@@ -111,9 +116,13 @@ def averaging_plot(analysis: Analysis, out: Path) -> Path:
         axis.set_title("no bandwidth given (--bandwidth): lower bound not drawn", fontsize=9)
     if not drawn:
         _no_data(axis, "no averaging rounds")
+    peer_counts = sorted({e.peer_count for e in analysis.experiments if not e.is_baseline})
+    axis.set_xticks(peer_counts or [2])
+    axis.set_xlim(min(peer_counts or [2]) - 0.6, max(peer_counts or [2]) + 0.6)
     axis.set_xlabel("peers")
-    axis.set_ylabel("seconds")
-    axis.set_yscale("symlog", linthresh=0.01)
+    axis.set_ylabel("seconds (log)")
+    if drawn:
+        axis.set_yscale("log")
     axis.legend(fontsize=8)
     return _save(figure, out / "averaging.png")
 
@@ -126,18 +135,24 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
         figure, axes = plt.subplots(1, len(EFFECT_METRICS), figsize=(4 * len(EFFECT_METRICS), 3.5))
         for axis, metric in zip(axes, EFFECT_METRICS, strict=True):
             selected = [row for row in rows if row["factor"] == factor and row["metric"] == metric]
-            labels = [str(row["level"]) for row in selected]
-            for position, row in enumerate(selected):
+            levels = list(dict.fromkeys(str(row["level"]) for row in selected))
+            for row in selected:
+                position = levels.index(str(row["level"])) + (-0.2 if row["strategy"] == "baseline" else 0.2)
                 values = [float(v) for v in row["values"].split()]
-                xs = [position + 0.08 * ((i % 5) - 2) for i in range(len(values))]
-                axis.scatter(xs, values, s=14, alpha=0.7)
+                xs = [position + 0.05 * ((i % 5) - 2) for i in range(len(values))]
+                axis.scatter(xs, values, s=14, alpha=0.7, color=STRATEGY_COLOURS[row["strategy"]])
                 if row["median"] is not None:
-                    axis.hlines(row["median"], position - 0.3, position + 0.3, color="black")
+                    axis.hlines(row["median"], position - 0.15, position + 0.15, color="black")
+            axis.scatter([], [], s=14, color=STRATEGY_COLOURS["baseline"], label="baseline")
+            axis.scatter([], [], s=14, color=STRATEGY_COLOURS["hivemind"], label="hivemind")
+            labels = levels
             axis.set_xticks(range(len(labels)), labels)
+            axis.set_xlim(-0.6, max(len(labels), 1) - 0.4)
             axis.set_xlabel(factor)
             axis.set_title(metric, fontsize=9)
             if not any(row["n"] for row in selected):
                 _no_data(axis)
+        axes[0].legend(fontsize=7)
         figure.suptitle(f"Effect of {factor} (each dot one experiment, bar = median)")
         paths.append(_save(figure, out / f"effect_{factor}.png"))
     return paths

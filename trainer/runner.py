@@ -60,7 +60,8 @@ class RunSession:
         ConfigError/FileExistsError/OSError)."""
         config = self.config
         prepare_run_dir(config.results_dir, overwrite=config.overwrite)
-        self.cpu = apply_vcpus(config.vcpus)
+        self.writer = ResultsWriter(config.results_dir, write_evals=config.eval_every > 0)
+        self.cpu = apply_vcpus(config.vcpus, self.peer_id)
         torch.manual_seed(config.seed)
         self.train_loader, self.val_loader = build_loaders(config)
         self.model = build_model(config.model, seed=config.seed)
@@ -73,7 +74,6 @@ class RunSession:
             except OSError as exc:
                 what = f"cannot serve metrics: {exc.strerror or exc}"
                 raise ConfigError(what, "metrics_port", config.metrics_port) from exc
-        self.writer = ResultsWriter(config.results_dir, write_evals=config.eval_every > 0)
         self.writer.write_config(self.config_document(port))
 
     def config_document(self, metrics_port: int | None) -> dict[str, Any]:
@@ -102,7 +102,6 @@ class RunSession:
         """Strategy setup, start barrier, training, finish and summary; returns the exit code."""
         config = self.config
         strategy = get_strategy(config.strategy)
-        self.signals.install()
         exit_reason, exit_code = "error", EXIT_CRASH
         loop: TrainingLoop | None = None
         try:
@@ -150,8 +149,7 @@ class RunSession:
         finally:
             self.signals.interrupting = True
             details = self._finish_strategy(strategy, exit_reason)
-            self._write_summary(exit_reason, details)
-            self.signals.restore()
+            self.write_summary(exit_reason, details)
         log.info("run ended: %s after %d steps", exit_reason, self.stats.steps)
         return exit_code
 
@@ -172,7 +170,7 @@ class RunSession:
                 log.exception("strategy summary details failed")
         return {}
 
-    def _write_summary(self, exit_reason: str, details: dict[str, Any]) -> None:
+    def write_summary(self, exit_reason: str, details: dict[str, Any] | None = None) -> None:
         if self.writer is None:
             return
         summary = self.stats.summary(
@@ -190,6 +188,7 @@ class RunSession:
         self.writer.close()
 
     def close(self) -> None:
+        self.signals.restore()
         if self.telemetry is not None:
             self.telemetry.stop_exporter()
         if self.writer is not None:
@@ -199,6 +198,8 @@ class RunSession:
 def run(config: RunConfig) -> int:
     """Run one trainer process's job; returns the exit code."""
     session = RunSession(config)
+    session.signals.install()
+    session.signals.interrupting = True  # until training starts, a signal ends the run at once
     try:
         try:
             session.prepare()
@@ -206,6 +207,10 @@ def run(config: RunConfig) -> int:
             return fail(_one_line(exc))
         except OSError as exc:
             return fail(f"cannot prepare the run: {_one_line(exc)}")
+        except (StopRequested, KeyboardInterrupt):
+            log.info("stopped by %s before training", session.signals.signal_name or "SIGINT")
+            session.write_summary("signal")
+            return EXIT_OK
         return session.execute()
     finally:
         session.close()

@@ -16,9 +16,11 @@ cryptography; `infra/testing/requirements.txt` pins them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -35,6 +37,7 @@ SCHEMA_FILE = os.environ.get(
     os.path.join(os.path.dirname(os.path.realpath(__file__)), "opennebula-provider-schema.json"),
 )
 PROTOCOL_VERSION = "6"
+PROVIDER_ADDRESS = "registry.terraform.io/opennebula/opennebula"
 NESTING = {
     "single": tfplugin_pb2.Schema.NestedBlock.SINGLE,
     "list": tfplugin_pb2.Schema.NestedBlock.LIST,
@@ -94,7 +97,8 @@ class SchemaOnlyProvider(tfplugin_pb2_grpc.ProviderServicer):
     def GetMetadata(self, request, context):
         return tfplugin_pb2.GetMetadata.Response(
             resources=[
-                tfplugin_pb2.GetMetadata.ResourceMetadata(type_name=n) for n in self.schema["resource_schemas"]
+                tfplugin_pb2.GetMetadata.ResourceMetadata(type_name=n)
+                for n in self.schema["resource_schemas"]
             ],
             data_sources=[
                 tfplugin_pb2.GetMetadata.DataSourceMetadata(type_name=n)
@@ -142,7 +146,7 @@ def server_credentials() -> tuple[bytes, grpc.ServerCredentials]:
     base64) in the handshake line and a TLS listener."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -183,27 +187,65 @@ def server_credentials() -> tuple[bytes, grpc.ServerCredentials]:
     return certificate.public_bytes(serialization.Encoding.DER), credentials
 
 
-def main() -> int:
-    with open(SCHEMA_FILE, encoding="utf-8") as schema_file:
-        schema = json.load(schema_file)
+def serve(
+    schema: dict, socket_path: str, credentials: grpc.ServerCredentials | None
+) -> tuple[grpc.Server, Controller]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     tfplugin_pb2_grpc.add_ProviderServicer_to_server(SchemaOnlyProvider(schema), server)
     controller = Controller()
     grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(controller, server)
+    if credentials is None:
+        server.add_insecure_port("unix://" + socket_path)
+    else:
+        server.add_secure_port("unix://" + socket_path, credentials)
+    server.start()
+    return server, controller
+
+
+def run_as_plugin(schema: dict) -> None:
+    """Started by Terraform: print the go-plugin handshake, serve until Terraform asks for shutdown."""
     with tempfile.TemporaryDirectory(prefix="tf-stub-provider-") as socket_dir:
         socket_path = os.path.join(socket_dir, "plugin.sock")
         certificate_der, credentials = server_credentials()
-        server.add_secure_port("unix://" + socket_path, credentials)
-        server.start()
+        server, controller = serve(schema, socket_path, credentials)
         certificate_b64 = base64.b64encode(certificate_der).decode().rstrip("=")
-        # go-plugin handshake: core protocol | app protocol | network | address | protocol | server cert
+        # core protocol | app protocol | network | address | protocol | server certificate
         print(f"1|{PROTOCOL_VERSION}|unix|{socket_path}|grpc|{certificate_b64}", flush=True)
-        # Serve until Terraform asks for shutdown (or kills the process, which it does after a grace time).
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             controller.shutdown_requested.wait()
-        except KeyboardInterrupt:
-            pass
         server.stop(grace=None).wait()
+
+
+def run_for_reattach(schema: dict, socket_dir: str) -> None:
+    """Long-running mode: serve on a plain Unix socket and print the TF_REATTACH_PROVIDERS value. Every
+    terraform command given that variable uses this one process instead of starting the plugin itself
+    (a Python start per command costs about a second on a busy 2-core machine). Stops on SIGTERM."""
+    socket_path = os.path.join(socket_dir, "plugin.sock")
+    server, _ = serve(schema, socket_path, credentials=None)
+    reattach = {
+        PROVIDER_ADDRESS: {
+            "Protocol": "grpc",
+            "ProtocolVersion": int(PROTOCOL_VERSION),
+            "Pid": os.getpid(),
+            "Test": True,
+            "Addr": {"Network": "unix", "String": socket_path},
+        }
+    }
+    print(json.dumps(reattach), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    server.stop(grace=None).wait()
+
+
+def main() -> int:
+    with open(SCHEMA_FILE, encoding="utf-8") as schema_file:
+        schema = json.load(schema_file)
+    if len(sys.argv) == 3 and sys.argv[1] == "--reattach":
+        run_for_reattach(schema, sys.argv[2])
+    else:
+        run_as_plugin(schema)
     return 0
 
 

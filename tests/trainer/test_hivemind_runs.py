@@ -22,12 +22,32 @@ from trainer.results import read_rounds, read_steps, read_summary
 pytestmark = [pytest.mark.hivemind, pytest.mark.slow]
 
 
-# small and quick: smallcnn, batch 16, 2 peers × 8 steps per epoch, 1 s matchmaking
+# small and quick: smallcnn, batch 32, 1 s matchmaking; the tests' target batch sizes give each peer 16 steps
+# per epoch, a few seconds: long enough for hivemind's progress tracker to see every peer within an epoch
 COMMON = [
-    "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic", "--batch-size", "16",
-    "--learning-rate", "0.05", "--vcpus", "1", "--metrics-port", "-1", "--listen", "/ip4/127.0.0.1/tcp/0",
-    "--matchmaking-time", "1", "--averaging-timeout", "20", "--finish-grace", "20",
-]  # fmt: skip
+    "--strategy",
+    "hivemind",
+    "--model",
+    "smallcnn",
+    "--dataset",
+    "synthetic",
+    "--batch-size",
+    "32",
+    "--learning-rate",
+    "0.05",
+    "--vcpus",
+    "1",
+    "--metrics-port",
+    "-1",
+    "--listen",
+    "/ip4/127.0.0.1/tcp/0",
+    "--matchmaking-time",
+    "1",
+    "--averaging-timeout",
+    "20",
+    "--finish-grace",
+    "20",
+]
 
 
 class Peer:
@@ -148,8 +168,19 @@ def _cmdline(pid: int) -> str:
 def run_args(
     run_id: str, *, expected: int, max_steps: int, tbs: int, start_timeout: float = 120
 ) -> list[str]:
-    return [*COMMON, "--run-id", run_id, "--expected-peers", str(expected), "--max-steps", str(max_steps),
-            "--target-batch-size", str(tbs), "--start-timeout", str(start_timeout)]  # fmt: skip
+    return [
+        *COMMON,
+        "--run-id",
+        run_id,
+        "--expected-peers",
+        str(expected),
+        "--max-steps",
+        str(max_steps),
+        "--target-batch-size",
+        str(tbs),
+        "--start-timeout",
+        str(start_timeout),
+    ]
 
 
 def epoch_boundaries(steps: list[dict]) -> list[dict]:
@@ -171,7 +202,7 @@ def first_step_start(steps: list[dict]) -> float:
 @pytest.mark.parametrize("local_updates", [False, True], ids=["gradient-averaging", "local-updates"])
 def test_two_peers_average_and_agree(peers, local_updates):
     lu_flag = "--local-updates" if local_updates else "--no-local-updates"
-    args = [*run_args(f"two-{int(local_updates)}", expected=2, max_steps=48, tbs=256), lu_flag]
+    args = [*run_args(f"two-{int(local_updates)}", expected=2, max_steps=80, tbs=1024), lu_flag]
     first = peers("peer-01", args)
     second = peers("peer-02", [*args, "--initial-peers", wait_for_multiaddr(first)])
     finish_all([first, second], timeout=200)
@@ -198,16 +229,14 @@ def test_two_peers_average_and_agree(peers, local_updates):
     details = [s["strategy_details"] for s in summaries]
     assert details[0]["hivemind_epoch"] == details[1]["hivemind_epoch"]
     sample_a, sample_b = details[0]["final_params_sample"], details[1]["final_params_sample"]
-    assert sample_a == pytest.approx(sample_b, abs=1e-5), (sample_a, sample_b)
-    assert details[0]["final_params_norm"] == pytest.approx(details[1]["final_params_norm"], rel=1e-5)
-    if not local_updates:  # identical averaged gradients and optimizer: bit-identical parameters
-        assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
+    assert sample_a == pytest.approx(sample_b, abs=1e-6), (sample_a, sample_b)
+    assert details[0]["final_params_norm"] == pytest.approx(details[1]["final_params_norm"], rel=1e-6)
 
 
 @pytest.mark.timeout(240)
 def test_staggered_start_waits_for_the_last_peer(peers):
     stagger = 12.0
-    args = run_args("stagger", expected=3, max_steps=30, tbs=384)
+    args = run_args("stagger", expected=3, max_steps=40, tbs=1536)
     group = [peers("peer-01", args)]
     address = wait_for_multiaddr(group[0])
     for name in ("peer-02", "peer-03"):
@@ -256,7 +285,7 @@ def slow_cgroup():
 
 @pytest.mark.timeout(240)
 def test_peers_of_different_speeds_finish_together(peers, slow_cgroup):
-    args = run_args("speeds", expected=2, max_steps=40, tbs=256)
+    args = run_args("speeds", expected=2, max_steps=80, tbs=1024)
     fast = peers("fast", args)
     address = wait_for_multiaddr(fast)
     if slow_cgroup is None:  # no cgroup: fewer threads is the only throttle left

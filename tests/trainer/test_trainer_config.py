@@ -7,8 +7,8 @@ import os
 import subprocess
 
 import pytest
-
 from trainer_testing import REPO, trainer_command, trainer_env
+
 from trainer.cli import build_parser
 from trainer.config import ConfigError, RunConfig, check_multiaddr, config_from_namespace
 
@@ -21,18 +21,42 @@ def parse(*flags: str) -> RunConfig:
 
 def test_defaults_are_valid() -> None:
     config = parse()
-    assert (config.strategy, config.model, config.dataset, config.batch_size) == ("baseline", "resnet18", "synthetic", 32)
+    assert (config.strategy, config.model, config.dataset, config.batch_size) == (
+        "baseline",
+        "resnet18",
+        "synthetic",
+        32,
+    )
     assert config.initial_peers == [] and config.local_updates is False
 
 
 def test_flags_map_onto_fields() -> None:
     config = parse(
-        "--strategy", "hivemind", "--model", "smallcnn", "--batch-size", "64", "--learning-rate", "0.1",
-        "--target-batch-size", "256", "--local-updates", "--initial-peers", PEER, PEER, "--expected-peers", "2",
-        "--target-loss", "0.5", "--vcpus", "1",
-    )  # fmt: skip
+        "--strategy",
+        "hivemind",
+        "--model",
+        "smallcnn",
+        "--batch-size",
+        "64",
+        "--learning-rate",
+        "0.1",
+        "--target-batch-size",
+        "256",
+        "--local-updates",
+        "--initial-peers",
+        PEER,
+        PEER,
+        "--expected-peers",
+        "2",
+        "--target-loss",
+        "0.5",
+        "--vcpus",
+        "1",
+    )
     assert config.batch_size == 64 and config.learning_rate == 0.1 and config.target_batch_size == 256
-    assert config.local_updates is True and config.initial_peers == [PEER, PEER] and config.expected_peers == 2
+    assert (
+        config.local_updates is True and config.initial_peers == [PEER, PEER] and config.expected_peers == 2
+    )
     assert config.target_loss == 0.5 and config.vcpus == 1
     assert parse("--no-local-updates").local_updates is False
 
@@ -57,7 +81,10 @@ BAD_INPUTS = [
     (["--optimizer", "lamb"], "optimizer=lamb"),
     (["--target-batch-size", "0"], "target_batch_size=0"),
     (["--dataset", "cifar10"], "data_root=None"),
-    (["--dataset", "fashion-mnist", "--data-root", "/nonexistent/fmnist"], "data root not found: /nonexistent/fmnist"),
+    (
+        ["--dataset", "fashion-mnist", "--data-root", "/nonexistent/fmnist"],
+        "data root not found: /nonexistent/fmnist",
+    ),
     (["--vcpus", str((os.cpu_count() or 1) + 1)], "more vcpus than this host has"),
     (["--vcpus", "0"], "vcpus=0"),
     (["--initial-peers", "/ip4/127.0.0.1/tcp/31337"], "lacks /p2p/"),
@@ -100,17 +127,28 @@ def test_wellformed_multiaddrs_pass(address) -> None:
 
 
 def test_cli_exits_2_with_one_line_before_training(tmp_path) -> None:
-    """Through the real command: status 2, exactly one stderr line in the contract's shape, nothing written."""
+    """Through the real command: status 2, one stderr line in the contract's shape, nothing written."""
     results = tmp_path / "results"
     for flags in (["--batch-size", "0"], ["--no-such-flag"]):
         done = subprocess.run(
             trainer_command("run", "--results-dir", str(results), *flags),
-            cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=REPO,
+            env=trainer_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("trainer: error: "), done.stderr
-    assert "(batch_size=0)" in subprocess.run(
-        trainer_command("run", "--batch-size", "0"), cwd=REPO, env=trainer_env(), capture_output=True, text=True
-    ).stderr
+    assert (
+        "(batch_size=0)"
+        in subprocess.run(
+            trainer_command("run", "--batch-size", "0"),
+            cwd=REPO,
+            env=trainer_env(),
+            capture_output=True,
+            text=True,
+        ).stderr
+    )
     assert not results.exists()

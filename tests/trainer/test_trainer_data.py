@@ -1,4 +1,4 @@
-"""Datasets: shapes, labels, learnable synthetic data, and the on-disk formats written by the tests themselves."""
+"""Datasets: shapes, labels, learnable synthetic data, on-disk formats written by the tests themselves."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from trainer.models import build_model
 
 
 def write_idx(path: Path, array: np.ndarray, *, compress: bool) -> None:
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(struct.pack(">I", d) for d in array.shape)
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(
+        struct.pack(">I", d) for d in array.shape
+    )
     payload = header + array.astype(np.uint8).tobytes()
     if compress:
         with gzip.open(f"{path}.gz", "wb") as handle:
@@ -87,7 +89,10 @@ def test_cifar10_pickles(tmp_path) -> None:
     folder.mkdir()
     rng = np.random.default_rng(1)
     for name, count in (("data_batch_1", 20), ("data_batch_2", 12), ("test_batch", 10)):
-        batch = {b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8), b"labels": [i % 10 for i in range(count)]}
+        batch = {
+            b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+            b"labels": [i % 10 for i in range(count)],
+        }
         with open(folder / name, "wb") as handle:
             pickle.dump(batch, handle)
     train, val = build_datasets(RunConfig(dataset="cifar10", data_root=str(tmp_path)).validate())
@@ -147,6 +152,8 @@ def test_synthetic_is_learnable() -> None:
 
 
 def test_peers_see_different_batch_orders() -> None:
-    loaders = [build_loaders(RunConfig(model="smallcnn", peer_id=peer).validate())[0] for peer in ("p1", "p2")]
+    loaders = [
+        build_loaders(RunConfig(model="smallcnn", peer_id=peer).validate())[0] for peer in ("p1", "p2")
+    ]
     first_batches = [next(iter(loader))[1] for loader in loaders]
     assert not torch.equal(*first_batches)

@@ -1,4 +1,4 @@
-"""The shared loop's stop rules, measured fields and the collective-finish hand-over, with stand-in strategies."""
+"""The shared loop: stop rules, measured fields, the collective-finish hand-over (stand-in strategies)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ class CollectiveStandIn(BaselineStrategy):
         super().step(batch_size)
         if self.remaining is not None:
             self.remaining -= 1
-        return StepOutcome(averaging_seconds=0.0, hivemind_epoch=self._steps // 4, peers=2, collective_samples=0)
+        return StepOutcome(
+            averaging_seconds=0.0, hivemind_epoch=self._steps // 4, peers=2, collective_samples=0
+        )
 
     def stop_reason(self) -> str | None:
         return self.requests[0] if self.remaining is not None and self.remaining < 0 else None
@@ -61,10 +63,15 @@ def make_loop(strategy, tmp_path, *, max_steps=6, target=None, eval_every=0, sig
     loader = DataLoader(SyntheticImages(size=64, seed=0), batch_size=8, shuffle=True, drop_last=True)
     writer = ResultsWriter(tmp_path, write_evals=eval_every > 0)
     loop = TrainingLoop(
-        model=model, strategy=strategy, train_loader=loader, val_loader=loader,
-        limits=LoopLimits(max_steps=max_steps, eval_every=eval_every, eval_batches=1), stats=RunStats(target_loss=target),
-        writer=writer, signals=signals,
-    )  # fmt: skip
+        model=model,
+        strategy=strategy,
+        train_loader=loader,
+        val_loader=loader,
+        limits=LoopLimits(max_steps=max_steps, eval_every=eval_every, eval_batches=1),
+        stats=RunStats(target_loss=target),
+        writer=writer,
+        signals=signals,
+    )
     return loop, writer
 
 
@@ -105,3 +112,10 @@ def test_signal_stops_after_the_current_step(tmp_path) -> None:
     loop, writer = make_loop(SignalledStandIn(signals, at_step=3), tmp_path, max_steps=50, signals=signals)
     assert loop.run() == "signal"
     assert loop.step == 3
+
+
+def test_peers_on_one_host_get_different_cores() -> None:
+    from trainer.environment import _peer_index
+
+    assert [_peer_index(name) for name in ("peer-01", "peer-02", "peer-16")] == [0, 1, 15]
+    assert _peer_index("baseline") == _peer_index("baseline") >= 0  # stable for names without a number

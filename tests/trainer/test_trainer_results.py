@@ -27,9 +27,19 @@ from trainer.stats import RunStats, percentile
 
 def step(number: int, timestamp: float, loss: float = 1.0, wall: float | None = None) -> StepRecord:
     return StepRecord(
-        step=number, timestamp=timestamp, wall_seconds=wall, data_seconds=0.01, compute_seconds=0.1, optimizer_seconds=0.02,
-        averaging_seconds=0.0, step_seconds=0.13, samples=32, loss=loss, hivemind_epoch=0, peers=1,
-    )  # fmt: skip
+        step=number,
+        timestamp=timestamp,
+        wall_seconds=wall,
+        data_seconds=0.01,
+        compute_seconds=0.1,
+        optimizer_seconds=0.02,
+        averaging_seconds=0.0,
+        step_seconds=0.13,
+        samples=32,
+        loss=loss,
+        hivemind_epoch=0,
+        peers=1,
+    )
 
 
 def test_columns_match_the_contract() -> None:
@@ -43,9 +53,17 @@ def test_round_trip(tmp_path) -> None:
     writer.start_clock(1000.0)
     for number in range(1, 6):
         writer.write_step(step(number, 1000.0 + number))
-    assert writer.write_round(RoundRecord(timestamp=1003.5, epoch=1, kind="gradients", outcome="ok", group_size=2,
-                                          allreduce_seconds=0.4)) == 1  # fmt: skip
-    writer.write_round(RoundRecord(timestamp=1004.0, epoch=1, kind="parameters", outcome="timeout", error="no group"))
+    assert (
+        writer.write_round(
+            RoundRecord(
+                timestamp=1003.5, epoch=1, kind="gradients", outcome="ok", group_size=2, allreduce_seconds=0.4
+            )
+        )
+        == 1
+    )
+    writer.write_round(
+        RoundRecord(timestamp=1004.0, epoch=1, kind="parameters", outcome="timeout", error="no group")
+    )
     writer.write_eval(EvalRecord(step=5, timestamp=1005.0, val_loss=0.5, val_accuracy=0.75))
     writer.write_summary({"complete": True, "exit_reason": "max_steps"})
     writer.close()
@@ -54,10 +72,18 @@ def test_round_trip(tmp_path) -> None:
     assert steps[1]["wall_seconds"] == pytest.approx(2.0) and steps[1]["timestamp"] == pytest.approx(1002.0)
     rounds = read_rounds(tmp_path)
     assert rounds[0] == {
-        "round": 1, "timestamp": 1003.5, "wall_seconds": 3.5, "epoch": 1, "kind": "gradients", "outcome": "ok",
-        "group_size": 2, "matchmaking_seconds": None, "allreduce_seconds": 0.4, "blocking_seconds": None,
+        "round": 1,
+        "timestamp": 1003.5,
+        "wall_seconds": 3.5,
+        "epoch": 1,
+        "kind": "gradients",
+        "outcome": "ok",
+        "group_size": 2,
+        "matchmaking_seconds": None,
+        "allreduce_seconds": 0.4,
+        "blocking_seconds": None,
         "error": None,
-    }  # fmt: skip
+    }
     assert rounds[1]["round"] == 2 and rounds[1]["outcome"] == "timeout" and rounds[1]["error"] == "no group"
     assert read_evals(tmp_path)[0]["val_accuracy"] == 0.75
     assert is_complete(tmp_path) and read_summary(tmp_path)["exit_reason"] == "max_steps"
@@ -97,9 +123,15 @@ def test_stats_summary() -> None:
     stats.add_round(RoundRecord(timestamp=1.0, epoch=1, kind="gradients", outcome="ok"))
     stats.add_round(RoundRecord(timestamp=2.0, epoch=1, kind="gradients", outcome="timeout"))
     summary = stats.summary(
-        run_id="r", peer_id="p", strategy="baseline", exit_reason="max_steps", start_timestamp=0.0,
-        barrier_release_timestamp=0.5, start_wait_seconds=0.0, end_timestamp=20.5,
-    )  # fmt: skip
+        run_id="r",
+        peer_id="p",
+        strategy="baseline",
+        exit_reason="max_steps",
+        start_timestamp=0.0,
+        barrier_release_timestamp=0.5,
+        start_wait_seconds=0.0,
+        end_timestamp=20.5,
+    )
     assert summary["complete"] is True and summary["steps"] == 20 and summary["samples"] == 640
     assert summary["samples_per_second"] == pytest.approx(32.0)
     assert summary["rounds_ok"] == 1 and summary["rounds_failed"] == 1
@@ -107,6 +139,9 @@ def test_stats_summary() -> None:
     assert reached.index(True) == 19 and summary["time_to_target_loss_seconds"] == 20.0
     assert summary["final_loss"] == pytest.approx(0.45) and summary["best_loss"] == pytest.approx(0.45)
     assert summary["components"]["compute_seconds"] == {
-        "mean": pytest.approx(0.1), "p50": pytest.approx(0.1), "p95": pytest.approx(0.1), "total": pytest.approx(2.0)
-    }  # fmt: skip
+        "mean": pytest.approx(0.1),
+        "p50": pytest.approx(0.1),
+        "p95": pytest.approx(0.1),
+        "total": pytest.approx(2.0),
+    }
     assert percentile([], 0.5) is None and percentile([3.0, 1.0, 2.0], 0.95) == pytest.approx(2.9)

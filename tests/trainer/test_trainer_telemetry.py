@@ -12,13 +12,22 @@ from trainer.results import RoundRecord, StepRecord
 from trainer.telemetry import BASE_LABELS, BUCKETS, EXTRA_LABELS, METRICS, Telemetry
 
 DOCUMENTED = {
-    "trainer_step_seconds": "histogram", "trainer_data_loading_seconds": "histogram",
-    "trainer_compute_seconds": "histogram", "trainer_optimizer_seconds": "histogram",
-    "trainer_averaging_seconds": "histogram", "trainer_steps_total": "counter", "trainer_samples_total": "counter",
-    "trainer_averaging_rounds_total": "counter", "trainer_loss": "gauge", "trainer_hivemind_epoch": "gauge",
-    "trainer_peers": "gauge", "trainer_collective_samples": "gauge", "trainer_target_batch_size": "gauge",
-    "trainer_start_timestamp_seconds": "gauge", "trainer_run_info": "gauge",
-}  # fmt: skip
+    "trainer_step_seconds": "histogram",
+    "trainer_data_loading_seconds": "histogram",
+    "trainer_compute_seconds": "histogram",
+    "trainer_optimizer_seconds": "histogram",
+    "trainer_averaging_seconds": "histogram",
+    "trainer_steps_total": "counter",
+    "trainer_samples_total": "counter",
+    "trainer_averaging_rounds_total": "counter",
+    "trainer_loss": "gauge",
+    "trainer_hivemind_epoch": "gauge",
+    "trainer_peers": "gauge",
+    "trainer_collective_samples": "gauge",
+    "trainer_target_batch_size": "gauge",
+    "trainer_start_timestamp_seconds": "gauge",
+    "trainer_run_info": "gauge",
+}
 
 
 def families_by_exposed_name(text: str) -> dict[str, object]:
@@ -40,8 +49,10 @@ def check_exposition(text: str, *, run_id: str, peer: str, strategy: str) -> dic
         assert family.samples, f"{name} has no series"
         for sample in family.samples:
             assert {k: sample.labels.get(k) for k in BASE_LABELS} == {
-                "run_id": run_id, "peer": peer, "strategy": strategy
-            }, sample  # fmt: skip
+                "run_id": run_id,
+                "peer": peer,
+                "strategy": strategy,
+            }, sample
             for label in EXTRA_LABELS.get(name, ()):
                 assert label in sample.labels, (name, label)
     return families
@@ -55,8 +66,9 @@ def test_metric_table_matches_the_contract() -> None:
 def test_every_series_exists_at_zero_from_startup() -> None:
     telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="hivemind")
     telemetry.set_run_info(RunConfig(strategy="hivemind"))
-    families = check_exposition(generate_latest(telemetry.registry).decode(), run_id="r1", peer="peer-01",
-                                strategy="hivemind")  # fmt: skip
+    families = check_exposition(
+        generate_latest(telemetry.registry).decode(), run_id="r1", peer="peer-01", strategy="hivemind"
+    )
     rounds = families["trainer_averaging_rounds_total"]
     combos = {(s.labels["kind"], s.labels["outcome"]) for s in rounds.samples if s.name.endswith("_total")}
     assert combos == {(k, o) for k in ("gradients", "parameters") for o in ("ok", "failed", "timeout")}
@@ -68,10 +80,23 @@ def test_every_series_exists_at_zero_from_startup() -> None:
 def test_observations_reach_the_right_series() -> None:
     telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="hivemind")
     telemetry.set_run_info(RunConfig(strategy="hivemind", target_batch_size=512))
-    record = StepRecord(step=1, timestamp=1.0, data_seconds=0.002, compute_seconds=0.2, optimizer_seconds=1.5,
-                        averaging_seconds=1.2, step_seconds=1.702, samples=32, loss=2.1, hivemind_epoch=3, peers=2)
+    record = StepRecord(
+        step=1,
+        timestamp=1.0,
+        data_seconds=0.002,
+        compute_seconds=0.2,
+        optimizer_seconds=1.5,
+        averaging_seconds=1.2,
+        step_seconds=1.702,
+        samples=32,
+        loss=2.1,
+        hivemind_epoch=3,
+        peers=2,
+    )
     telemetry.observe_step(record, collective_samples=96)
-    telemetry.observe_round(RoundRecord(timestamp=1.0, epoch=3, kind="gradients", outcome="ok", allreduce_seconds=0.7))
+    telemetry.observe_round(
+        RoundRecord(timestamp=1.0, epoch=3, kind="gradients", outcome="ok", allreduce_seconds=0.7)
+    )
     telemetry.observe_round(RoundRecord(timestamp=2.0, epoch=3, kind="parameters", outcome="timeout"))
     value = telemetry.registry.get_sample_value
     base = telemetry.base_labels
@@ -82,7 +107,9 @@ def test_observations_reach_the_right_series() -> None:
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "1.0"}) == 0
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "2.5"}) == 1
     ok = {**base, "kind": "gradients", "outcome": "ok"}
-    assert value("trainer_averaging_rounds_total", ok) == 1 and value("trainer_averaging_seconds_sum", ok) == 0.7
+    assert (
+        value("trainer_averaging_rounds_total", ok) == 1 and value("trainer_averaging_seconds_sum", ok) == 0.7
+    )
     timeout = {**base, "kind": "parameters", "outcome": "timeout"}
     assert value("trainer_averaging_rounds_total", timeout) == 1
     assert value("trainer_averaging_seconds_count", timeout) == 0  # nothing measured, nothing observed

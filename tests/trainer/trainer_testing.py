@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,9 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str, process: subprocess.Popen | None = None):
+def wait_for(
+    condition: Callable[[], object], timeout: float, what: str, process: subprocess.Popen | None = None
+):
     """Poll ``condition`` until truthy; fail naming ``what`` (and the process output if it died)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,7 +49,25 @@ def output_of(process: subprocess.Popen) -> str:
 def small_run_args(results_dir: Path, *extra: str) -> list[str]:
     """A fast baseline: smallcnn on synthetic data, one thread, exporter on a free port."""
     return [
-        "--strategy", "baseline", "--model", "smallcnn", "--dataset", "synthetic", "--batch-size", "16",
-        "--vcpus", "1", "--results-dir", str(results_dir), "--metrics-port", "0", "--metrics-address", "127.0.0.1",
-        "--run-id", "test-run", "--peer-id", "peer-01", *extra,
-    ]  # fmt: skip
+        "--strategy",
+        "baseline",
+        "--model",
+        "smallcnn",
+        "--dataset",
+        "synthetic",
+        "--batch-size",
+        "16",
+        "--vcpus",
+        "1",
+        "--results-dir",
+        str(results_dir),
+        "--metrics-port",
+        "0",
+        "--metrics-address",
+        "127.0.0.1",
+        "--run-id",
+        "test-run",
+        "--peer-id",
+        "peer-01",
+        *extra,
+    ]

@@ -8,12 +8,12 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
 - wait_for_start: loads the collaboration's state when the run is already under way, then the start barrier
   (trainer/coordination.py);
 - step: one ``Optimizer.step``, the time it blocked on averaging, the rounds that finished, global progress;
-- the collective finish: a run ends at an epoch boundary every peer shares. At each boundary a peer checks
-  whether it can complete one more epoch within ``--max-steps`` (judged by its steps in the last epoch, with
-  a margin); if not it publishes "stop at this epoch" and stops, and every other peer stops as soon as it
-  reads that (its ``stop_reason`` is ``collective_finish``). A peer stopped by anything else publishes the
-  same on its way out. When the loop hands its own stop conditions over (``finishes_collectively``),
-  ``request_stop`` publishes the next boundary instead and the peer trains on until it (bounded);
+- the collective finish: a run ends at an epoch boundary every peer shares. The loop hands its own stop
+  conditions over (``finishes_collectively``): the first peer whose max steps (or target loss) is reached
+  publishes the next epoch boundary through the DHT and trains on until it (bounded); every peer stops when
+  its epoch reaches the published one (its ``stop_reason`` is ``collective_finish``), so the last averaging
+  round has everybody in it. A peer that stops for any other reason publishes its current epoch on its way
+  out, so the others stop at once instead of waiting for it;
 - finish: leaves pending rounds cleanly (tag along / cancel, wait for the background parameter round), keeps
   serving for up to ``--finish-grace`` seconds until every peer said it is done, then shuts the averagers,
   the DHT and p2pd down and ends any of their processes that outlived the shutdown.
@@ -45,10 +45,10 @@ log = logging.getLogger(__name__)
 
 #: joining the DHT through unreachable initial peers is retried for at most this long (and --start-timeout)
 JOIN_RETRY_SECONDS = 60.0
-#: a peer stops at an epoch boundary when fewer than this many epochs' worth of its steps remain
-EPOCH_MARGIN = 1.5
 #: values of the final parameters kept in the summary (evenly spaced), to compare peers
-PARAMETER_SAMPLES = 16
+PARAMETER_SAMPLES = 32
+#: seconds between progress reads while the tracker has not found other peers (hivemind's default: 3)
+TRACKER_REFRESH_ALONE = 0.5
 
 
 class HivemindStrategy:
@@ -71,7 +71,6 @@ class HivemindStrategy:
         self._epoch = 0
         self._epoch_started_step = 0
         self._epoch_started_at = 0.0
-        self._last_epoch_steps: int | None = None
         self._epoch_log: list[dict[str, float]] = []
         self._own_reason: str | None = None  # our own stop condition, once it held
         self._own_deadline: float | None = None  # bound on training on after request_stop
@@ -111,6 +110,9 @@ class HivemindStrategy:
             matchmaking_time=config.matchmaking_time,
             averaging_timeout=config.averaging_timeout,
             grad_averager_factory=None if config.local_updates else grad_averager,
+            # while a peer sees no others yet (the first steps after the barrier), look for them every
+            # TRACKER_REFRESH_ALONE seconds instead of hivemind's 3 s, so the first epoch is not run alone
+            tracker_opts={"default_refresh_period": TRACKER_REFRESH_ALONE},
             verbose=False,
         )
         self.coordinator = RunCoordinator(
@@ -170,13 +172,7 @@ class HivemindStrategy:
         self._epoch_log.append(
             {"epoch": epoch, "steps": steps, "seconds": round(now - self._epoch_started_at, 3)}
         )
-        self._last_epoch_steps = steps
         self._epoch, self._epoch_started_step, self._epoch_started_at = epoch, self._steps, now
-        remaining = self.config.max_steps - self._steps
-        if self._own_reason is None and remaining < EPOCH_MARGIN * steps:
-            # one more epoch would not fit in --max-steps: end the run for everybody at this boundary
-            self._own_reason = "max_steps"
-            self.coordinator.request_stop(epoch, "max_steps")
 
     def _report_rounds(self, epoch: int, *, final: bool = False) -> None:
         for timing in self.collector.poll(epoch, final=final):

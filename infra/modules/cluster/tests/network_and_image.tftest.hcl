@@ -60,7 +60,7 @@ run "created_network_and_existing_image" {
     error_message = "Contextualization must carry every SSH public key, one per line."
   }
   assert {
-    condition     = opennebula_virtual_machine.node["peer-02"].tags == { testbed = "testbed", managed_by = "terraform", role = "peer", host = "peer-02" }
+    condition     = opennebula_virtual_machine.node["peer-02"].tags == tomap({ testbed = "testbed", managed_by = "terraform", role = "peer", host = "peer-02" })
     error_message = "Peer VMs must be tagged with testbed, role and host."
   }
   assert {

@@ -54,9 +54,17 @@ run "rules" {
 
   assert {
     condition = sort([
-      for rule in opennebula_security_group.cluster.rule : coalesce(rule.range, rule.protocol) if rule.rule_type == "INBOUND"
-    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000", "ICMP"])
-    error_message = "Inbound must allow only SSH, the five service ports and ICMP."
+      for rule in opennebula_security_group.cluster.rule : rule.range if rule.rule_type == "INBOUND" && rule.protocol == "TCP"
+    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000"])
+    error_message = "Inbound TCP must allow only SSH and the five service ports."
+  }
+
+  assert {
+    condition = [
+      for rule in opennebula_security_group.cluster.rule : { protocol = rule.protocol, ip = rule.ip, size = rule.size }
+      if rule.rule_type == "INBOUND" && rule.protocol != "TCP"
+    ] == [{ protocol = "ICMP", ip = "10.42.0.0", size = "256" }]
+    error_message = "Besides TCP, only ICMP from inside the cluster may come in."
   }
 
   assert {
@@ -67,7 +75,7 @@ run "rules" {
   }
 
   assert {
-    condition     = alltrue([for vm in opennebula_virtual_machine.node : vm.nic[0].security_groups == [101]])
+    condition     = alltrue([for vm in opennebula_virtual_machine.node : vm.nic[0].security_groups == tolist([101])])
     error_message = "Every VM's NIC must carry the cluster security group."
   }
 

@@ -1,0 +1,82 @@
+# Entry points (README.md): `make demo` installs everything and runs the main job on the embedded local cluster,
+# `make test` runs every check. The other targets are their parts.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+export CONTAINERS_CONF := $(CURDIR)/images/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+# Debian packages the project needs on the controller (containers, base image, test Ceph, Prometheus, data).
+APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netns debootstrap crun \
+	prometheus prometheus-node-exporter dataset-fashion-mnist \
+	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq
+
+# `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; minutes on 2 cores.
+DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=60 -e batch_size=32 \
+	-e target_batch_size=1024 -e matchmaking_time=3 -e averaging_timeout=30 -e progress_interval=30
+
+.PHONY: help setup apt venv image demo test lint pytest molecule clean
+
+help:
+	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
+	@echo "make test   lint (ruff, yamllint, ansible-lint, terraform fmt) and every test (pytest tests/)"
+	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
+
+setup: apt venv image
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${db:Status-Status}\n' $$p 2>/dev/null \
+	  | grep -qx installed || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+venv: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: requirements/dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements/dev.txt -e .
+	touch $@
+
+image: apt venv
+	scripts/build-image.sh all
+
+demo: setup
+	ansible-playbook playbooks/experiment.yml $(DEMO_VARS)
+
+lint: venv
+	ruff check .
+	ruff format --check .
+	yamllint --strict .
+	ansible-lint --profile production roles/ playbooks/ inventories/
+	if [ -d infra ] && command -v terraform >/dev/null; then terraform fmt -check -recursive infra; fi
+
+pytest: venv
+	pytest tests/
+
+test: lint pytest
+
+clean:
+	ansible-playbook playbooks/teardown.yml
+	rm -rf build/trainer-wheel
+
+# --- infra/ (Terraform for OpenNebula; infra/README.md) ---------------------------------------------------
+INFRA_ENV ?= infra/envs/example
+.PHONY: infra-setup infra-test inventory
+
+# The offline stand-in for the OpenNebula provider runs in its own venv (.cache/tf-stub-venv).
+infra-setup:
+	infra/testing/stub-venv.sh >/dev/null
+
+# terraform fmt/validate/test and the Ansible hand-off, offline (needs terraform >= 1.9 on PATH).
+infra-test: venv infra-setup
+	pytest tests/infra
+
+# After `terraform apply` in $(INFRA_ENV): write inventories/opennebula/hosts.yml from its output.
+inventory: venv
+	infra/write-inventory.sh $(INFRA_ENV) inventories/opennebula/hosts.yml

@@ -1,0 +1,139 @@
+"""The grid runner with ansible-runner against stand-in playbooks (tests/grid/stand_in): progress, status,
+continuing past failures, resuming, and Ctrl-C with teardown. The real playbook: test_smoke_end_to_end.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.grid.conftest import REPO, STAND_IN, baseline_run, trainer, write_experiment_json
+from trainer.grid_spec import load_grid
+
+SMOKE = REPO / "grids" / "smoke.yml"
+SMOKE_IDS = [run.experiment_id for run in load_grid(SMOKE).runs]
+
+
+def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
+    """A grid of `runs` tiny baseline runs (seeds 1..runs), named smoke so the status file name is shared."""
+    path = tmp_path / "small.yml"
+    seeds = ", ".join(str(seed) for seed in range(1, runs + 1))
+    path.write_text(
+        "name: smoke\nfixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic}\n"
+        f"blocks:\n  - name: seeds\n    axes: {{seed: [{seeds}]}}\n"
+    )
+    return path, [run.experiment_id for run in load_grid(path).runs]
+
+
+def grid_args(tmp_path: Path, *extra: str, grid: Path = SMOKE) -> list[str]:
+    return [
+        "grid", str(grid), "--results-dir", str(tmp_path / "results"), "--playbook-dir", str(STAND_IN),
+        "--inventory", str(STAND_IN / "inventory.yml"), *extra,
+    ]  # fmt: skip
+
+
+def calls(tmp_path: Path) -> list[str]:
+    path = tmp_path / "calls.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def status(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "results" / "grid-smoke.status.json").read_text())["runs"]
+
+
+def test_runs_every_run_continues_past_a_failure_and_retries_it(tmp_path, stand_in_env):
+    grid, ids = small_grid(tmp_path, 3)
+    failing = ids[1]
+    first = trainer(*grid_args(tmp_path, grid=grid), env={**stand_in_env, "GRID_STAND_IN_FAIL": failing})
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert [f"[{k}/3]" in first.stdout for k in (1, 2, 3)] == [True] * 3
+    assert "ETA" in first.stdout and "elapsed" in first.stdout
+    runs = status(tmp_path)
+    assert [runs[i]["status"] for i in ids] == ["complete", "failed", "complete"]
+    assert "stand-in failure" in runs[failing]["message"]
+    assert Path(runs[failing]["log"]).exists()
+    assert f"failed: {failing}" in first.stdout
+    # the failed run's cluster was torn down, then the grid went on
+    assert calls(tmp_path)[1:4] == [
+        f"experiment {failing} force=False",
+        f"teardown {failing}",
+        f"experiment {ids[2]} force=False",
+    ]
+
+    second = trainer(*grid_args(tmp_path, grid=grid), env=stand_in_env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "3 runs selected, 2 already complete, 1 to run" in second.stdout
+    assert calls(tmp_path)[4:] == [f"experiment {failing} force=False"]
+    assert status(tmp_path)[failing]["status"] == "complete"
+    assert status(tmp_path)[failing]["attempts"] == 2
+
+
+def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env):
+    """Results dirs made by real trainer runs; experiment.json where the playbook writes it."""
+    results = tmp_path / "results"
+    done, partial = SMOKE_IDS[0], SMOKE_IDS[1]
+    for experiment_id, complete in ((done, True), (partial, False)):
+        baseline_run(results / experiment_id / "baseline", run_id=experiment_id, learning_rate=0.01, steps=20,
+                     target=2.0)  # fmt: skip
+        write_experiment_json(results / experiment_id, strategy="baseline", peers=1, settings={}, complete=complete)
+    listing = trainer(*grid_args(tmp_path, "--dry-run"), env=stand_in_env)
+    assert f"done {done}" in listing.stdout and f"todo {partial}" in listing.stdout
+    assert listing.stdout.splitlines()[-1].endswith("1 complete, 3 to run")
+
+    completed = trainer(*grid_args(tmp_path, "--only", "strategy == 'baseline'"), env=stand_in_env)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "2 runs selected, 1 already complete, 1 to run" in completed.stdout
+    assert calls(tmp_path) == [f"experiment {partial} force=True"]  # partial results are redone as a whole
+    assert (results / done / "baseline" / "steps.csv").exists()
+
+
+def test_ctrl_c_tears_down_and_the_grid_resumes(tmp_path, stand_in_env):
+    grid, ids = small_grid(tmp_path, 3)
+    slow = ids[1]
+    env = {**os.environ, **stand_in_env, "GRID_STAND_IN_SLOW": slow}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *grid_args(tmp_path, grid=grid)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while f"experiment {slow} force=False" not in calls(tmp_path):
+        assert time.monotonic() < deadline and process.poll() is None, "the slow run never started"
+        time.sleep(0.2)
+    time.sleep(1.0)  # inside the 31.7 s sleep
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "interrupted (run the same command again to resume)" in output
+    assert calls(tmp_path)[-1] == f"teardown {slow}"
+    runs = status(tmp_path)
+    assert [runs[i]["status"] for i in ids] == ["complete", "interrupted", "pending"]
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"sleep\x0031.7" in _read(p)]
+
+    resumed = trainer(*grid_args(tmp_path, grid=grid), env=stand_in_env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "3 runs selected, 1 already complete, 2 to run" in resumed.stdout
+    experiments = [line for line in calls(tmp_path) if line.startswith("experiment")]
+    assert experiments.count(f"experiment {ids[0]} force=False") == 1  # finished runs are not redone
+    assert experiments[-2:] == [f"experiment {slow} force=False", f"experiment {ids[2]} force=False"]
+
+
+def test_runs_needing_more_peers_than_the_inventory_has_are_refused(tmp_path, stand_in_env):
+    thesis = REPO / "grids" / "thesis.yml"
+    args = grid_args(tmp_path, "--only", "peers == 4")
+    args[1] = str(thesis)
+    completed = trainer(*args, env=stand_in_env)
+    assert completed.returncode == 2
+    assert "but the inventory has only 2 hosts in group peers" in completed.stderr
+    assert str(thesis) in completed.stderr and "hivemind-peers.peers" in completed.stderr
+    assert calls(tmp_path) == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

@@ -1,0 +1,209 @@
+"""Grid files: the thesis grid reproduces the study's tables exactly; the smoke grid; bad files are refused."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.grid.conftest import REPO, trainer
+from trainer.config import _SAFE_ID
+from trainer.grid_spec import GridError, experiment_id, load_grid, parse_grid
+
+THESIS = REPO / "grids" / "thesis.yml"
+SMOKE = REPO / "grids" / "smoke.yml"
+BATCH_SIZES = (32, 64, 128)
+LEARNING_RATES = (0.001, 0.01, 0.1)
+
+
+def test_thesis_counts_match_the_study():
+    grid = load_grid(THESIS)
+    assert grid.totals() == {"baseline": 36, "hivemind": 144}
+    assert len({run.experiment_id for run in grid.runs}) == 180
+
+
+def test_thesis_baselines_are_table_5_1():
+    """Table 5.1: max steps 10000/5000/2500 for BS 32/64/128, three LRs, 16 vCPUs, 4 repeats each."""
+    runs = [run for run in load_grid(THESIS).runs if run.strategy == "baseline"]
+    table = {32: 10000, 64: 5000, 128: 2500}
+    expected = {(bs, lr, repeat) for bs in BATCH_SIZES for lr in LEARNING_RATES for repeat in (1, 2, 3, 4)}
+    assert {(r.settings["batch_size"], r.settings["learning_rate"], r.repeat) for r in runs} == expected
+    for run in runs:
+        assert run.settings["max_steps"] == table[run.settings["batch_size"]]
+        assert run.settings["vcpus"] == 16
+        assert run.settings["peers"] == 1
+        assert run.settings["model"] == "resnet18"
+
+
+def test_thesis_hivemind_is_table_5_2():
+    runs = [run for run in load_grid(THESIS).runs if run.strategy == "hivemind"]
+    rows = set()
+    for run in runs:
+        s = run.settings
+        rows.add((s["batch_size"], s["learning_rate"], s["peers"], s["target_batch_size"], s["local_updates"]))
+        assert run.repeat == 1
+        assert s["vcpus"] * s["peers"] == 16
+        if s["peers"] == 2:
+            assert s["max_steps"] == {32: 5000, 64: 2500, 128: 1250}[s["batch_size"]]
+        else:
+            # the table keeps 2500/1250/625 for every batch size ("always totaling 10000 steps")
+            assert s["max_steps"] == {4: 2500, 8: 1250, 16: 625}[s["peers"]]
+            assert s["max_steps"] * s["peers"] == 10000
+    two_peers = {(bs, lr, 2, tbs, lu) for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
+                 for tbs in (10000, 5000, 2500, 1250, 625) for lu in (True, False)}  # fmt: skip
+    more_peers = {(bs, lr, peers, 1250, lu) for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
+                  for peers in (4, 8, 16) for lu in (True, False)}  # fmt: skip
+    assert rows == two_peers | more_peers
+    assert len(rows) == 144 == 72 * 2
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (1, {"strategy": "baseline", "batch_size": 32, "learning_rate": 0.001, "max_steps": 10000, "vcpus": 16}),
+        (36, {"strategy": "baseline", "batch_size": 128, "learning_rate": 0.1, "max_steps": 2500}),
+        (37, {"strategy": "hivemind", "peers": 2, "vcpus": 8, "batch_size": 32, "target_batch_size": 10000,
+              "local_updates": True, "max_steps": 5000}),
+        (180, {"strategy": "hivemind", "peers": 16, "vcpus": 1, "batch_size": 128, "learning_rate": 0.1,
+               "target_batch_size": 1250, "local_updates": False, "max_steps": 625}),
+    ],
+)  # fmt: skip
+def test_thesis_sampled_runs(index, expected):
+    run = load_grid(THESIS).runs[index - 1]
+    assert run.index == index
+    assert {key: run.settings[key] for key in expected} == expected
+
+
+def test_thesis_rule_is_configurable(tmp_path):
+    """The 'always totaling N steps' rule is a constant of the grid file: change it, the table follows."""
+    document = yaml.safe_load(THESIS.read_text())
+    document["constants"]["steps_per_experiment"] = 20000
+    runs = parse_grid(document, path=tmp_path / "thesis-20k.yml").runs
+    scaling = [run for run in runs if run.block == "hivemind-peers"]
+    assert {run.settings["peers"]: run.settings["max_steps"] for run in scaling} == {4: 5000, 8: 2500, 16: 1250}
+
+
+def test_thesis_dry_run_lists_the_study():
+    completed = trainer("grid", str(THESIS), "--dry-run", "--results-dir", "/nonexistent")
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[-1] == "total: 180 runs (36 baseline runs, 144 hivemind runs); 0 complete, 180 to run"
+    listed = [line for line in lines if line.strip()[:1].isdigit()]
+    assert len(listed) == 180
+    assert "max_steps=625" in listed[-1] and "peers=16" in listed[-1]
+
+
+def test_smoke_grid_is_2_baselines_and_2_hivemind_runs():
+    grid = load_grid(SMOKE)
+    assert grid.totals() == {"baseline": 2, "hivemind": 2}
+    baselines = [run for run in grid.runs if run.strategy == "baseline"]
+    assert baselines[0].settings == baselines[1].settings
+    assert [run.repeat for run in baselines] == [1, 2]
+    hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
+    assert {run.settings["local_updates"] for run in hivemind} == {True, False}
+    for run in grid.runs:  # same samples in every experiment
+        assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400
+
+
+def test_ids_are_deterministic_and_valid_for_the_playbook():
+    first, second = load_grid(THESIS), load_grid(THESIS)
+    assert [r.experiment_id for r in first.runs] == [r.experiment_id for r in second.runs]
+    for run in first.runs:
+        assert _SAFE_ID.match(run.experiment_id), run.experiment_id
+        assert run.experiment_id == experiment_id(run.settings, run.repeat)
+    # integral floats and ints are the same setting
+    assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == experiment_id(
+        parse_grid({"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]},
+                   path=Path("x.yml")).runs[0].settings, 1)  # fmt: skip
+
+
+def test_repeat_and_only_select_runs():
+    completed = trainer(
+        "grid", str(THESIS), "--dry-run", "--repeat", "2", "--results-dir", "/nonexistent",
+        "--only", "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines()[-1].startswith("total: 4 runs (4 baseline runs)")
+    hivemind = trainer("grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3")
+    assert hivemind.stdout.splitlines()[-1].startswith("total: 18 runs (18 hivemind runs)")
+
+
+BASE = {"name": "g", "blocks": [{"name": "b", "fixed": {"strategy": "baseline", "peers": 1}}]}
+
+
+def _with(path: str, value) -> dict:
+    document = yaml.safe_load(yaml.safe_dump(BASE))
+    keys = path.split(".")
+    target = document
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target.setdefault(key, {})
+    target[keys[-1]] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "key", "message"),
+    [
+        (_with("colour", "red"), "colour", "unknown key"),
+        (_with("blocks.0.axis", {}), "blocks[0].axis", "unknown key"),
+        (_with("blocks.0.fixed.batchsize", 32), "blocks[0] (b).fixed.batchsize", "not an experiment playbook"),
+        (_with("blocks.0.axes.batch_size", []), "blocks[0] (b).axes.batch_size", "non-empty list"),
+        (_with("blocks.0.axes.learning_rate", 0.1), "blocks[0] (b).axes.learning_rate", "non-empty list"),
+        (_with("blocks.0.fixed.peers", 0), "blocks[0] (b).fixed.peers", "integer >= 1"),
+        (_with("blocks.0.axes.batch_size", [32, -64]), "blocks[0] (b).axes.batch_size", "integer >= 1"),
+        (_with("blocks.0.fixed.max_steps", 2.5), "blocks[0] (b).fixed.max_steps", "integer >= 1"),
+        (_with("blocks.0.fixed.learning_rate", 0), "blocks[0] (b).fixed.learning_rate", "number > 0"),
+        (_with("blocks.0.fixed.strategy", "ring"), "blocks[0] (b).fixed.strategy", "must be one of"),
+        (_with("fixed.model", "vgg"), "fixed.model", "must be one of"),
+        (_with("fixed.dataset", "mnist"), "fixed.dataset", "must be one of"),
+        (_with("fixed.local_updates", "yes"), "fixed.local_updates", "true or false"),
+        (_with("fixed.experiment_id", "x"), "fixed.experiment_id", "set by the grid runner"),
+        (_with("fixed.force", True), "fixed.force", "set by the grid runner"),
+        (_with("blocks.0.derived.max_steps", "total // peers"), "derived.max_steps", "unknown name total"),
+        (_with("blocks.0.derived.max_steps", "10000 //"), "derived.max_steps", "cannot parse"),
+        (_with("blocks.0.derived.max_steps", "__import__('os')"), "derived.max_steps", "may be called"),
+        (_with("blocks.0.derived.max_steps", "10 - 20"), "derived.max_steps", "integer >= 1"),
+        (_with("blocks.0.derived.max_steps", 100), "derived.max_steps", "expression string"),
+        (_with("blocks.0.repeats", 0), "blocks[0] (b).repeats", "integer >= 1"),
+        (_with("blocks.0.fixed.dataset", "cifar10"), "blocks[0] (b)", "needs data_root"),
+        (_with("blocks", []), "blocks", "non-empty list"),
+        (_with("constants.peers", 3), "constants.peers", "clashes"),
+        ({"blocks": [{"name": "a"}, {"name": "a", "fixed": {"seed": 1}}]}, "blocks[1].name", "duplicate"),
+        ({"blocks": [{"name": "a"}, {"name": "b"}]}, "blocks (a and b)", "same settings"),
+        ({"blocks": [{"name": "a", "fixed": {"seed": 1}, "axes": {"seed": [2]}}]}, "blocks[0] (a).seed", "twice"),
+    ],
+)
+def test_bad_grid_is_refused_naming_file_and_key(tmp_path, document, key, message):
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(GridError) as error:
+        load_grid(path)
+    text = str(error.value)
+    assert text.startswith(f"{path}: "), text
+    assert key in text and message in text, text
+
+
+def test_bad_grid_cli_fails_before_any_run(tmp_path):
+    path = tmp_path / "bad.yml"
+    path.write_text("name: bad\nblocks:\n  - name: b\n    axes:\n      peers: []\n")
+    completed = trainer("grid", str(path), "--playbook-dir", str(tmp_path / "nowhere"))
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        f"trainer: error: {path}: blocks[0] (b).axes.peers: an axis must be a non-empty list of values"
+    )
+    assert completed.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("blocks: [", "not valid YAML"), ("- 1\n- 2\n", "must be a mapping")],
+)
+def test_unreadable_grid(tmp_path, text, message):
+    path = tmp_path / "broken.yml"
+    path.write_text(text)
+    with pytest.raises(GridError, match=message):
+        load_grid(path)
+    with pytest.raises(GridError, match="cannot read"):
+        load_grid(tmp_path / "missing.yml")

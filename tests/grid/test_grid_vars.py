@@ -1,0 +1,58 @@
+"""The grid's variable rules stay in step with the experiment playbook's validation (its owner)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.grid.conftest import REPO
+from trainer.grid_vars import RUNNER_VARS, VAR_KINDS, VarError, check_var
+
+PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
+
+
+@pytest.fixture(scope="module")
+def playbook_rules():
+    if not PLUGIN.exists():
+        pytest.skip("the experiment playbook's validation is not there")
+    spec = importlib.util.spec_from_file_location("testbed_experiment", PLUGIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_same_variables_and_kinds_as_the_playbook(playbook_rules):
+    playbook = {name: kind for name, (kind, _default) in playbook_rules.VARIABLES.items()}
+    assert set(VAR_KINDS) | set(RUNNER_VARS) == set(playbook)
+    for name, kind in VAR_KINDS.items():
+        if isinstance(kind, tuple):
+            assert set(kind) == set(playbook[name]), name
+        else:
+            assert kind == playbook[name], name
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("peers", 0), ("batch_size", -1), ("max_steps", 1.5), ("learning_rate", 0), ("learning_rate", float("inf")),
+     ("seed", -1), ("strategy", "ring"), ("model", "vgg"), ("dataset", "mnist"), ("local_updates", "true"),
+     ("data_workers", True)],
+)  # fmt: skip
+def test_values_the_playbook_refuses_are_refused(playbook_rules, name, value):
+    with pytest.raises(VarError):
+        check_var(name, value)
+    kind = playbook_rules.VARIABLES[name][0]
+    if not (kind == "bool" and isinstance(value, str)) and not isinstance(value, bool):
+        with pytest.raises(ValueError):
+            playbook_rules._parse(name, kind, value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "normalised"),
+    [("peers", 16, 16), ("max_steps", 2500.0, 2500), ("learning_rate", 1, 1.0), ("local_updates", False, False),
+     ("data_workers", 0, 0), ("dataset", "fashion-mnist", "fashion-mnist")],
+)  # fmt: skip
+def test_values_the_playbook_accepts_are_accepted(playbook_rules, name, value, normalised):
+    assert check_var(name, value) == normalised
+    kind = playbook_rules.VARIABLES[name][0]
+    assert playbook_rules._parse(name, kind, normalised) == normalised
