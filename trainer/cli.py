@@ -29,7 +29,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The full parser; a grid/report module is imported only when ``arguments`` name its subcommand."""
-    parser = OneLineParser(prog="trainer", description=__doc__)
+    parser = OneLineParser(
+        prog="trainer",
+        description="run: train one peer or a baseline; grid: many experiments; report: tables, plots",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import signal
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -237,13 +238,24 @@ def data_order_seed(config: RunConfig) -> int:
     return (config.seed * 1_000_003 + zlib.crc32(config.resolved_peer_id.encode())) & 0x7FFFFFFF
 
 
+def ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader worker start-up: leave SIGTERM/SIGINT to the training process, which stops after the current
+    step and then ends its workers (a worker killed by the group's SIGTERM would break that step)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def build_loaders(config: RunConfig) -> tuple[DataLoader, DataLoader]:
     """Shuffled training loader (full batches only) and an ordered validation loader."""
     train, val = build_datasets(config)
     if len(train) < config.batch_size:
         raise ConfigError(f"dataset has only {len(train)} training samples", "batch_size", config.batch_size)
     workers = config.data_workers
-    extra = {"persistent_workers": True, "prefetch_factor": 2} if workers > 0 else {}
+    extra = (
+        {"persistent_workers": True, "prefetch_factor": 2, "worker_init_fn": ignore_stop_signals}
+        if workers > 0
+        else {}
+    )
     train_loader = DataLoader(
         train,
         batch_size=config.batch_size,

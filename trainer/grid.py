@@ -149,7 +149,8 @@ def main(args: argparse.Namespace) -> int:
                 if not (args.playbook_dir / name).is_file():
                     raise GridError(f"--playbook-dir: {args.playbook_dir / name} does not exist")
             project_dir = args.playbook_dir.resolve().parent
-            check_inventory(grid, runs, inventory_peers(project_dir, args.inventory))
+            inventory = args.inventory.resolve() if args.inventory else None
+            check_inventory(grid, runs, inventory_peers(project_dir, inventory))
     except GridError as error:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2

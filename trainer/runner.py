@@ -147,7 +147,7 @@ class RunSession:
                 traceback.print_exc()
                 exit_reason, exit_code = "error", EXIT_CRASH
         finally:
-            self.signals.interrupting = True
+            self.signals.shielded = True
             details = self._finish_strategy(strategy, exit_reason)
             self.write_summary(exit_reason, details)
         log.info("run ended: %s after %d steps", exit_reason, self.stats.steps)

@@ -20,9 +20,11 @@ class StopRequested(Exception):
 class StopSignals:
     """Turns SIGTERM/SIGINT into a stop request the training loop checks between steps.
 
-    While :attr:`interrupting` is set (waiting at the start barrier, evaluating), a signal raises
-    :class:`StopRequested` at once; during training it only sets :attr:`requested`, and a second signal
-    raises.
+    While :attr:`interrupting` is set (preparing, strategy setup, waiting at the start barrier), a signal
+    raises :class:`StopRequested` at once; during training it only sets :attr:`requested`, and a second
+    signal raises. While :attr:`shielded` is set (the strategy's bounded shutdown of DHT, p2pd and
+    averagers, then the summary), signals are only logged, so the shutdown that prevents orphan processes
+    is never cut short.
 
     >>> signals = StopSignals()
     >>> signals.requested
@@ -33,6 +35,7 @@ class StopSignals:
         self.requested = False
         self.signal_name: str | None = None
         self.interrupting = False
+        self.shielded = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> StopSignals:
@@ -50,6 +53,9 @@ class StopSignals:
         already = self.requested
         self.requested = True
         self.signal_name = signal.Signals(number).name
+        if self.shielded:
+            log.info("%s received while shutting down: finishing the shutdown first", self.signal_name)
+            return
         if self.interrupting or already:
             raise StopRequested(self.signal_name)
         log.info("%s received: stopping after the current step", self.signal_name)

@@ -9,6 +9,9 @@ README.md). That is all `terraform init`, `terraform validate` and `terraform te
 replaces planning and applying. Any call that would touch a real cloud (plan, apply, read, import) is
 answered UNIMPLEMENTED.
 
+    stub_provider.py                 as a plugin: Terraform starts it (installed from a filesystem_mirror)
+    stub_provider.py --reattach DIR  long-running: prints a TF_REATTACH_PROVIDERS value, serves until SIGTERM
+
 Runs with a Python that has the PyPI packages `tf` (generated tfplugin6 protobufs), grpcio and
 cryptography; `infra/testing/requirements.txt` pins them.
 """

@@ -71,8 +71,10 @@ def installed_terraform(tmp_path_factory, stub_python) -> Terraform:
 def reattached_terraform(tmp_path_factory, stub_python) -> Iterator[Terraform]:
     """Terraform that uses one long-running stand-in for every command (the many `terraform test` runs)."""
     tmp = tmp_path_factory.mktemp("tf-reattach")
+    env = base_env(tmp)
     process = subprocess.Popen(
         [stub_python, str(INFRA / "testing" / "stub_provider.py"), "--reattach", str(tmp)],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -81,7 +83,6 @@ def reattached_terraform(tmp_path_factory, stub_python) -> Iterator[Terraform]:
         line = process.stdout.readline()
         reattach = json.loads(line)
         assert PROVIDER_ADDRESS in reattach, line
-        env = base_env(tmp)
         env["TF_REATTACH_PROVIDERS"] = json.dumps(reattach)
         yield Terraform(terraform_binary(), env)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from terraform_harness import INFRA, PROVIDER_ADDRESS, Terraform, terraform_binary
@@ -79,3 +80,43 @@ def test_stub_schema_rejects_what_the_real_provider_rejects(installed_terraform,
     result = installed_terraform.run("validate", "-no-color", cwd=tmp_path, check=False)
     assert result.returncode != 0
     assert message in " ".join((result.stdout + result.stderr).split())
+
+
+def test_credentials_come_only_from_the_environment(installed_terraform, infra_copy):
+    """envs/example sets no credentials: without OPENNEBULA_* the provider block lacks all three."""
+    directory = infra_copy / "envs" / "example"
+    installed_terraform.run("init", "-input=false", "-no-color", cwd=directory)
+    env = {k: v for k, v in installed_terraform.env.items() if not k.startswith("OPENNEBULA_")}
+    result = installed_terraform.run(
+        "plan", "-no-color", "-var-file=terraform.tfvars.example", cwd=directory, check=False, env=env
+    )
+    assert result.returncode != 0
+    for argument in ("endpoint", "username", "password"):
+        assert f'The argument "{argument}" is required' in result.stderr, result.stderr
+
+
+def test_example_tfvars_plans_eight_peers(reattached_terraform, infra_copy):
+    """terraform.tfvars.example passes every validation and plans 8 peers of 2 vCPUs plus the monitor."""
+    directory = infra_copy / "envs" / "example"
+    (directory / "terraform.tfvars").write_text((directory / "terraform.tfvars.example").read_text())
+    (directory / "tests").mkdir(exist_ok=True)
+    (directory / "tests" / "example.tftest.hcl").write_text(
+        'mock_provider "opennebula" {}\n\n'
+        'run "example" {\n  command = plan\n\n'
+        "  assert {\n"
+        "    condition     = length(module.cluster.peer_names) == 8\n"
+        '    error_message = "8 peers expected"\n  }\n\n'
+        "  assert {\n"
+        "    condition     = alltrue([\n"
+        '      for name, host in module.cluster.hosts : host.vcpus == 2 if host.role == "peer"\n'
+        "    ])\n"
+        '    error_message = "2 vCPUs per peer expected"\n  }\n'
+        "}\n"
+    )
+    try:
+        reattached_terraform.run("init", "-input=false", "-no-color", cwd=directory)
+        result = reattached_terraform.run("test", "-no-color", cwd=directory, check=False)
+    finally:
+        (directory / "terraform.tfvars").unlink()
+        shutil.rmtree(directory / "tests")
+    assert result.returncode == 0 and "1 passed, 0 failed" in result.stdout, result.stdout + result.stderr

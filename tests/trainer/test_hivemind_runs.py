@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from statistics import median
 
 import pytest
 from trainer_testing import REPO, trainer_command, trainer_env
@@ -25,35 +26,18 @@ pytestmark = [pytest.mark.hivemind, pytest.mark.slow]
 # small and quick: smallcnn, batch 32, 1 s matchmaking; the tests' target batch sizes give each peer 16 steps
 # per epoch, a few seconds: long enough for hivemind's progress tracker to see every peer within an epoch
 COMMON = [
-    "--strategy",
-    "hivemind",
-    "--model",
-    "smallcnn",
-    "--dataset",
-    "synthetic",
-    "--batch-size",
-    "32",
-    "--learning-rate",
-    "0.05",
-    "--vcpus",
-    "1",
-    "--metrics-port",
-    "-1",
-    "--listen",
-    "/ip4/127.0.0.1/tcp/0",
-    "--matchmaking-time",
-    "1",
-    "--averaging-timeout",
-    "20",
-    "--finish-grace",
-    "20",
-]
+    "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic", "--batch-size", "32",
+    "--learning-rate", "0.05", "--vcpus", "1", "--metrics-port", "-1", "--listen", "/ip4/127.0.0.1/tcp/0",
+    "--matchmaking-time", "1", "--averaging-timeout", "20", "--finish-grace", "20",
+]  # fmt: skip
+# the slow peer's niceness: it shares one core with the fast peer at ~1/6 of its weight (CFS: nice 8 vs 0)
+SLOW_NICE = 8
 
 
 class Peer:
     """One ``trainer run`` process in its own session (so its whole process tree can be found and ended)."""
 
-    def __init__(self, name: str, results: Path, args: list[str], cgroup: Path | None = None) -> None:
+    def __init__(self, name: str, results: Path, args: list[str], niceness: int | None = None) -> None:
         self.name = name
         self.results = results
         self.log = results.parent / f"{name}.log"
@@ -67,7 +51,7 @@ class Peer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if cgroup is None else lambda: _join_cgroup(cgroup),
+                preexec_fn=None if niceness is None else lambda: _share_one_core(niceness),
             )
         self.session = self.process.pid
 
@@ -97,8 +81,11 @@ class Peer:
         return summary
 
 
-def _join_cgroup(cgroup: Path) -> None:
-    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+def _share_one_core(niceness: int) -> None:
+    """Run on the first allowed core (peers started so compete for it); niceness > 0 means a smaller share."""
+    os.sched_setaffinity(0, [min(os.sched_getaffinity(0))])
+    if niceness:
+        os.nice(niceness)
 
 
 def session_processes(session: int) -> list[int]:
@@ -133,8 +120,8 @@ def peers(tmp_path):
     """Start peers with ``start(name, args)``; every peer (its whole session) is killed at the end."""
     started: list[Peer] = []
 
-    def start(name: str, args: list[str], cgroup: Path | None = None) -> Peer:
-        peer = Peer(name, tmp_path / name, args, cgroup)
+    def start(name: str, args: list[str], niceness: int | None = None) -> Peer:
+        peer = Peer(name, tmp_path / name, args, niceness)
         started.append(peer)
         return peer
 
@@ -238,9 +225,11 @@ def test_staggered_start_waits_for_the_last_peer(peers):
     stagger = 12.0
     args = run_args("stagger", expected=3, max_steps=40, tbs=1536)
     group = [peers("peer-01", args)]
+    launched = [time.time()]
     address = wait_for_multiaddr(group[0])
     for name in ("peer-02", "peer-03"):
         time.sleep(stagger)
+        launched.append(time.time())
         group.append(peers(name, [*args, "--initial-peers", address]))
     finish_all(group, timeout=200)
 
@@ -250,48 +239,28 @@ def test_staggered_start_waits_for_the_last_peer(peers):
     starts = [first_step_start(rows) for rows in steps]
     for peer, start in zip(group, starts, strict=True):
         assert start >= max(arrived) - 0.5, f"{peer.name} stepped before the last peer arrived"
+    # each peer waited from its arrival to the last one's: at least the launch stagger, never more than the
+    # time since its own launch (start-up takes 10-30 s here, so arrivals spread a little more than launches)
     waits = [s["start_wait_seconds"] for s in summaries]
     assert waits[0] > waits[1] > waits[2], waits
-    assert waits[0] - waits[2] == pytest.approx(2 * stagger, abs=8), waits
-    assert waits[1] - waits[2] == pytest.approx(stagger, abs=6), waits
+    assert waits[0] - waits[2] >= 2 * stagger - 1, waits
+    assert waits[0] - waits[1] >= stagger - 1, waits
+    assert waits[2] < 5, waits
+    for wait, launch, summary in zip(waits, launched, summaries, strict=True):
+        assert wait < summary["barrier_release_timestamp"] - launch, (wait, launch, summary)
     assert max(starts) - min(starts) < 3.0, f"first steps {max(starts) - min(starts):.2f}s apart"
     for peer, summary in zip(group, summaries, strict=True):
         assert summary["exit_reason"] in ("max_steps", "collective_finish"), peer.tail()
         assert read_rounds(peer.results), f"{peer.name} took part in no averaging round"
 
 
-@pytest.fixture
-def slow_cgroup():
-    """A cgroup v1 CPU quota of 0.3 CPU (needs root); None where cgroups cannot be made."""
-    root = Path("/sys/fs/cgroup/cpu")
-    path = root / f"hm-slow-{os.getpid()}"
-    try:
-        path.mkdir()
-        (path / "cpu.cfs_period_us").write_text("100000")
-        (path / "cpu.cfs_quota_us").write_text("30000")
-    except OSError:
-        with contextlib.suppress(OSError):
-            path.rmdir()
-        yield None
-        return
-    yield path
-    for _ in range(50):
-        try:
-            path.rmdir()
-            break
-        except OSError:
-            time.sleep(0.2)
-
-
 @pytest.mark.timeout(240)
-def test_peers_of_different_speeds_finish_together(peers, slow_cgroup):
+def test_peers_of_different_speeds_finish_together(peers):
     args = run_args("speeds", expected=2, max_steps=80, tbs=1024)
-    fast = peers("fast", args)
+    # both on one core, the slow one with a smaller share of it (a cgroup CPU quota is not enforced here)
+    fast = peers("fast", args, niceness=0)
     address = wait_for_multiaddr(fast)
-    if slow_cgroup is None:  # no cgroup: fewer threads is the only throttle left
-        slow = peers("slow", [*args, "--initial-peers", address])
-    else:
-        slow = peers("slow", [*args, "--initial-peers", address], cgroup=slow_cgroup)
+    slow = peers("slow", [*args, "--initial-peers", address], niceness=SLOW_NICE)
     finish_all([fast, slow], timeout=200)
 
     summaries = {peer.name: peer.summary for peer in (fast, slow)}
@@ -305,14 +274,10 @@ def test_peers_of_different_speeds_finish_together(peers, slow_cgroup):
         assert rounds, f"{peer.name} took part in no averaging round"
         assert not [r for r in rounds if r["outcome"] == "timeout"], rounds
         assert rounds[-1]["outcome"] == "ok", rounds[-3:]
-    if slow_cgroup is not None:
-        compute = {
-            peer.name: sorted(r["compute_seconds"] for r in read_steps(peer.results))[
-                len(read_steps(peer.results)) // 2
-            ]
-            for peer in (fast, slow)
-        }
-        assert compute["slow"] > compute["fast"], f"the CPU quota did not slow the peer down: {compute}"
+    compute = {
+        peer.name: median(r["compute_seconds"] for r in read_steps(peer.results)) for peer in (fast, slow)
+    }
+    assert compute["slow"] > 1.5 * compute["fast"], f"the slow peer was not slower: {compute}"
 
 
 @pytest.mark.timeout(120)

@@ -119,3 +119,26 @@ def test_peers_on_one_host_get_different_cores() -> None:
 
     assert [_peer_index(name) for name in ("peer-01", "peer-02", "peer-16")] == [0, 1, 15]
     assert _peer_index("baseline") == _peer_index("baseline") >= 0  # stable for names without a number
+
+
+def test_stop_signals_modes() -> None:
+    """Training: flag only; a second signal or an interrupting phase raises; a shielded shutdown only logs."""
+    import os
+    import signal
+
+    from trainer.shutdown import StopRequested
+
+    signals = StopSignals().install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signals.requested and signals.signal_name == "SIGTERM"
+        with pytest.raises(StopRequested):
+            os.kill(os.getpid(), signal.SIGINT)
+        signals.shielded = True
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored while shutting down
+        signals.shielded, signals.requested, signals.interrupting = False, False, True
+        with pytest.raises(StopRequested):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

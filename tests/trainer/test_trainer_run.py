@@ -39,6 +39,14 @@ def steps_total(text: str) -> float:
     return 0.0
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_baseline_run_is_complete_and_scraped_while_training(tmp_path, start_trainer) -> None:
     results = tmp_path / "baseline"
     max_steps = 120
@@ -128,14 +136,21 @@ def test_sigterm_writes_summary_with_signal_on_fashion_mnist(tmp_path, start_tra
     data.mkdir()
     make_fashion_mnist(data, train=96, test=16)
     results = tmp_path / "stopped"
-    process = start_trainer(
-        *small_run_args(
-            results, "--max-steps", "100000", "--dataset", "fashion-mnist", "--data-root", str(data)
-        )
-    )
+    flags = [
+        "--max-steps",
+        "100000",
+        "--dataset",
+        "fashion-mnist",
+        "--data-root",
+        str(data),
+        "--data-workers",
+        "1",
+    ]
+    process = start_trainer(*small_run_args(results, *flags))
     wait_for(lambda: len(read_steps(results)) >= 10, 120, "10 steps on disk", process)
-    process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)  # like systemd: the whole group, the DataLoader worker included
     assert process.wait(timeout=60) == 0, output_of(process)
+    wait_for(lambda: not group_alive(process.pid), 30, "no process left in the trainer's group")
     summary = read_summary(results)
     assert summary["exit_reason"] == "signal" and summary["complete"] is False
     assert summary["steps"] == len(read_steps(results)) >= 10

@@ -110,9 +110,7 @@ class HivemindStrategy:
             matchmaking_time=config.matchmaking_time,
             averaging_timeout=config.averaging_timeout,
             grad_averager_factory=None if config.local_updates else grad_averager,
-            # while a peer sees no others yet (the first steps after the barrier), look for them every
-            # TRACKER_REFRESH_ALONE seconds instead of hivemind's 3 s, so the first epoch is not run alone
-            tracker_opts={"default_refresh_period": TRACKER_REFRESH_ALONE},
+            tracker_opts=tracker_options(config.matchmaking_time),
             verbose=False,
         )
         self.coordinator = RunCoordinator(
@@ -281,6 +279,18 @@ class HivemindStrategy:
 
 
 # ---------------------------------------------------------------------- DHT
+
+
+def tracker_options(matchmaking_time: float) -> dict[str, float]:
+    """Progress-tracker settings that keep the collective's sample count fresh from the first step on.
+
+    hivemind reads the collective progress every 3 s while it has found no other peer, and up to every 10 s
+    when its throughput estimate is still poor (the first steps): right after the start barrier each peer
+    then runs its first epoch on stale counts, far past the target batch size. Reading every 0.5 s while
+    alone and at least once per matchmaking period keeps the first epoch like the others (one small DHT read
+    per peer per period).
+    """
+    return {"default_refresh_period": TRACKER_REFRESH_ALONE, "max_refresh_period": max(1.0, matchmaking_time)}
 
 
 def _join_dht(hivemind: Any, config: RunConfig) -> Any:

@@ -205,8 +205,8 @@ variable "network" {
   nullable = false
 
   validation {
-    condition     = contains(["bridge", "fw", "ebtables", "802.1Q", "vxlan", "ovswitch"], var.network.type)
-    error_message = "network.type must be one of bridge, fw, ebtables, 802.1Q, vxlan, ovswitch."
+    condition     = contains(["dummy", "bridge", "fw", "ebtables", "802.1Q", "vxlan", "ovswitch"], var.network.type)
+    error_message = "network.type must be one of dummy, bridge, fw, ebtables, 802.1Q, vxlan, ovswitch."
   }
 
   validation {

@@ -1,0 +1,188 @@
+"""trainer report on results of real, short trainer runs: every plot and table, and numbers by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.grid.conftest import baseline_run, hivemind_pair, trainer, write_experiment_json
+from trainer.report import parse_bandwidth
+from trainer.report_metrics import bandwidth_bound, model_bytes
+
+TARGET = 2.0
+SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 16, "vcpus": 1}
+TABLES = ("experiments", "time_to_target", "breakdown", "averaging", "effects")
+PLOTS = (
+    "breakdown.png",
+    "averaging.png",
+    *(f"effect_{factor}.png" for factor in ("target_batch_size", "local_updates", "peers", "batch_size",
+                                            "learning_rate")),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def baseline_results(tmp_path_factory) -> Path:
+    """Two repeats of one baseline setting and one at another LR, as the playbook lays them out."""
+    results = tmp_path_factory.mktemp("results")
+    for name, lr in (("base-lr0.01-r1", 0.01), ("base-lr0.01-r2", 0.01), ("base-lr0.002-r1", 0.002)):
+        # the first repeat also measures its time to TARGET in the trainer (and stops there)
+        target = TARGET if name == "base-lr0.01-r1" else None
+        baseline_run(results / name / "baseline", run_id=name, learning_rate=lr, steps=60, target=target)
+        settings = {**SETTINGS, "learning_rate": lr, "max_steps": 60}
+        write_experiment_json(results / name, strategy="baseline", peers=1, settings=settings, complete=True)
+    return results
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def rows_by_id(path: Path) -> dict[str, dict[str, str]]:
+    return {row["experiment_id"]: row for row in read_csv(path)}
+
+
+def smoothed_time_to_target(steps: list[dict[str, str]], target: float, window: int) -> float | None:
+    losses: list[float] = []
+    for row in steps:
+        losses.append(float(row["loss"]))
+        recent = losses[-window:]
+        if sum(recent) / len(recent) <= target:
+            return float(row["wall_seconds"])
+    return None
+
+
+def test_report_on_baseline_runs(baseline_results, tmp_path):
+    out = tmp_path / "report"
+    completed = trainer("report", str(baseline_results), "--out", str(out), "--target-loss", str(TARGET))
+    assert completed.returncode == 0, completed.stderr
+    for name in TABLES:
+        assert (out / f"{name}.csv").exists(), name
+    loss_plots = sorted(out.glob("loss_*.png"))
+    assert [p.name for p in loss_plots] == [
+        "loss_smallcnn_synthetic_bs16_lr0.002.png",
+        "loss_smallcnn_synthetic_bs16_lr0.01.png",
+    ]
+    report = (out / "report.md").read_text()
+    for plot in (*PLOTS, *(p.name for p in loss_plots)):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+        assert f"]({plot})" in report, plot
+    for name in TABLES:
+        assert f"`{name}.csv`" in report
+
+    # numbers by hand from the raw steps.csv
+    steps = read_csv(baseline_results / "base-lr0.01-r1" / "baseline" / "steps.csv")
+    breakdown = rows_by_id(out / "breakdown.csv")["base-lr0.01-r1"]
+    data = [float(row["data_seconds"]) for row in steps]
+    step = [float(row["step_seconds"]) for row in steps]
+    assert float(breakdown["data_ms"]) == pytest.approx(1000 * statistics.mean(data), rel=1e-6)
+    assert float(breakdown["data_share"]) == pytest.approx(sum(data) / sum(step), rel=1e-6)
+    assert float(breakdown["averaging_share"]) == 0.0
+    experiment = rows_by_id(out / "experiments.csv")["base-lr0.01-r1"]
+    samples = sum(int(row["samples"]) for row in steps)
+    assert int(experiment["samples"]) == samples == len(steps) * 16
+    assert float(experiment["samples_per_second"]) == pytest.approx(samples / float(steps[-1]["wall_seconds"]))
+    by_hand = smoothed_time_to_target(steps, TARGET, window=10)
+    assert by_hand is not None, "the baseline should reach the target loss"
+    assert float(experiment["time_to_target_seconds"]) == pytest.approx(by_hand)
+    # the trainer measured the same while running (trainer/stats.py): the two implementations agree
+    summary = json.loads((baseline_results / "base-lr0.01-r1" / "baseline" / "summary.json").read_text())
+    assert summary["time_to_target_loss_seconds"] == pytest.approx(by_hand, abs=1e-6)
+
+    effects = [r for r in read_csv(out / "effects.csv") if r["factor"] == "learning_rate" and r["level"] == "0.01"]
+    times = next(r for r in effects if r["metric"] == "time_to_target_seconds")
+    assert times["experiments"] == "2"  # both repeats listed, not hidden in a mean
+    assert len(times["values"].split()) == 2
+
+
+def test_default_target_is_the_baselines_worst_final_loss(baseline_results, tmp_path):
+    completed = trainer("report", str(baseline_results), "--out", str(tmp_path))
+    assert completed.returncode == 0, completed.stderr
+    rows = rows_by_id(tmp_path / "experiments.csv")
+    finals = []  # r1 stopped at TARGET, r2 ran its 60 steps
+    for name in ("base-lr0.01-r1", "base-lr0.01-r2"):
+        losses = [float(r["loss"]) for r in read_csv(baseline_results / name / "baseline" / "steps.csv")]
+        finals.append(statistics.mean(losses[-10:]))
+    for name in ("base-lr0.01-r1", "base-lr0.01-r2"):
+        assert float(rows[name]["target_loss"]) == pytest.approx(max(finals))
+        assert rows[name]["time_to_target_seconds"] != ""  # every repeat reaches it
+
+
+def test_bandwidth_bound_and_model_size():
+    assert model_bytes("resnet18") == 4 * 11_181_642  # torchvision ResNet18 with 10 classes
+    # the study's numbers: 46.8 MB at 1 Gbit/s → 0.37 s for 2 peers, 0.65 s for 8
+    assert bandwidth_bound(2, 46.8e6, parse_bandwidth("1Gbit")) == pytest.approx(0.374, abs=0.001)
+    assert bandwidth_bound(8, 46.8e6, parse_bandwidth("1Gbit")) == pytest.approx(0.655, abs=0.001)
+    assert parse_bandwidth("125MB") == parse_bandwidth("1e9bit") == 1.25e8
+    assert parse_bandwidth("940Mbit/s") == pytest.approx(1.175e8)
+    for bad in ("fast", "-1Gbit", "0"):
+        with pytest.raises(ValueError):
+            parse_bandwidth(bad)
+
+
+def test_report_refuses_bad_input(tmp_path):
+    empty = trainer("report", str(tmp_path))
+    assert empty.returncode == 2 and "no experiment results" in empty.stderr
+    missing = trainer("report", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "results directory not found" in missing.stderr
+    bandwidth = trainer("report", str(tmp_path), "--bandwidth", "fast")
+    assert bandwidth.returncode == 2 and "bandwidth must be" in bandwidth.stderr
+
+
+@pytest.mark.hivemind
+def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path):
+    results = tmp_path / "results"
+    for child in baseline_results.iterdir():
+        if child.is_dir() and child.name.startswith("base-"):
+            (results / child.name).parent.mkdir(parents=True, exist_ok=True)
+            (results / child.name).symlink_to(child)
+    hivemind = results / "hm-2p-r1"
+    hivemind_pair(hivemind, run_id="hm-2p-r1", learning_rate=0.01, steps=40)
+    settings = {**SETTINGS, "learning_rate": 0.01, "max_steps": 40, "target_batch_size": 64,
+                "local_updates": False}  # fmt: skip
+    write_experiment_json(hivemind, strategy="hivemind", peers=2, settings=settings, complete=True)
+    target = 2.25
+    out = tmp_path / "report"
+    completed = trainer("report", str(results), "--out", str(out), "--target-loss", str(target),
+                        "--bandwidth", "1Gbit")  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+
+    # averaging per round, by hand from both peers' rounds.csv
+    rounds = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "rounds.csv")]
+    gradients = [float(r["allreduce_seconds"]) for r in rounds
+                 if r["kind"] == "gradients" and r["outcome"] == "ok" and r["allreduce_seconds"]]  # fmt: skip
+    assert gradients, "the Hivemind run should have averaged gradients"
+    row = next(r for r in read_csv(out / "averaging.csv") if r["kind"] == "gradients")
+    assert float(row["allreduce_median_s"]) == pytest.approx(statistics.median(gradients))
+    bound = 2 * (2 - 1) / 2 * model_bytes("smallcnn") / 1.25e8
+    assert float(row["lower_bound_s"]) == pytest.approx(bound)
+
+    # speedup and scaling efficiency against the two matching baselines
+    def time_to(directory: Path, peers: list[str]) -> float | None:
+        steps = [r for p in peers for r in read_csv(directory / p / "steps.csv")]
+        steps.sort(key=lambda r: float(r["wall_seconds"]))
+        return smoothed_time_to_target(steps, target, window=10 * len(peers))
+
+    base = statistics.median(
+        t for t in (time_to(results / n, ["baseline"]) for n in ("base-lr0.01-r1", "base-lr0.01-r2")) if t
+    )
+    mine = time_to(hivemind, ["peer-01", "peer-02"])
+    speed = rows_by_id(out / "time_to_target.csv")["hm-2p-r1"]
+    assert float(speed["baseline_time_s"]) == pytest.approx(base)
+    assert speed["baselines"] == "2"
+    if mine is None:
+        assert speed["speedup"] == ""
+    else:
+        assert float(speed["hivemind_time_s"]) == pytest.approx(mine)
+        assert float(speed["speedup"]) == pytest.approx(base / mine)
+        # baseline 1 vCPU; Hivemind 2 peers × 1 vCPU
+        assert float(speed["scaling_efficiency"]) == pytest.approx(base / mine * 1 / 2)
+    share = rows_by_id(out / "breakdown.csv")["hm-2p-r1"]
+    assert 0 < float(share["averaging_share"]) < 1
+    assert math.isclose(sum(float(share[f"{p}_share"]) for p in ("data", "compute", "averaging",
+                                                                  "optimizer_local", "other")), 1.0)  # fmt: skip
