@@ -115,6 +115,12 @@ def main() -> None:
     print(
         f"overhead ratio (with/without): {ratio:.4f}  target <= 1.01: {'met' if ratio <= 1.01 else 'NOT met'}"
     )
+    spread = max(block_ratios) - min(block_ratios)
+    if spread > 0.05:
+        print(
+            f"warning: block ratios spread {spread:.2f}: machine load varies more than the effect measured; "
+            "rerun on an idle machine (the isolated reporting cost above does not depend on load)"
+        )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,12 @@ def read_experiment(results_dir: Path, experiment_id: str) -> dict[str, Any] | N
 def experiment_complete(results_dir: Path, experiment_id: str) -> bool:
     """True when the experiment playbook recorded complete results for `experiment_id`."""
     document = read_experiment(results_dir, experiment_id)
-    return bool(document and document.get("complete") is True)
+    return bool(document) and is_true(document.get("complete"))
+
+
+def is_true(value: Any) -> bool:
+    """experiment.json's ``complete``: a JSON true (a templated "True"/"true" string is accepted too)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
 
 
 @dataclass

@@ -436,6 +436,8 @@ def _define_optimizer_class() -> type:
     from hivemind.averaging.averager import DecentralizedAverager
     from hivemind.averaging.control import AveragingStage
 
+    GROUP_FORMED = (AveragingStage.AWAITING_TRIGGER, AveragingStage.RUNNING_ALLREDUCE)
+
     class InstrumentedOptimizer(hivemind.Optimizer):
         def __init__(self, *, collector: RoundCollector, state_averager_class: type, **kwargs: Any) -> None:
             self.collector = collector
@@ -444,6 +446,9 @@ def _define_optimizer_class() -> type:
             self.counting = True  # False while finishing: waits then are not a training step's
             self._in_epoch_update = False
             self._parameter_round: int | None = None
+            #: the collective stop epoch once known (set by the strategy); see _others_finished_without_us
+            self.stop_epoch: int | None = None
+            self.skipped_final_round = False
             super().__init__(**kwargs)
             self._instrument_state_averager()
 
@@ -470,6 +475,10 @@ def _define_optimizer_class() -> type:
                 self.step_averaging_seconds += seconds
 
         def _update_global_epoch(self, grad_scaler: Any) -> None:
+            if self._others_finished_without_us():
+                self.release_scheduled_rounds()
+                self.skipped_final_round = True
+                return None
             started = time.perf_counter()
             self._in_epoch_update = True
             try:
@@ -477,6 +486,25 @@ def _define_optimizer_class() -> type:
             finally:
                 self._in_epoch_update = False
                 self._blocked(time.perf_counter() - started)
+
+        def _others_finished_without_us(self) -> bool:
+            """A lagging peer's last gradient round would find nobody: the others passed the stop epoch.
+
+            True when the collective stop epoch is known, the others already reached it (the tracker's
+            global epoch) while this peer has not, and no group has formed with this peer for its next round
+            (a formed group means others still wait for it). Not with local updates: there peers reach each
+            epoch independently and join the last parameter round after the first one got there.
+            """
+            stop = self.stop_epoch
+            if (
+                stop is None
+                or self.use_local_updates
+                or not self.local_epoch < stop <= self.tracker.global_epoch
+            ):
+                return False
+            control = self.scheduled_grads
+            formed = control is not None and not control.done() and control.stage in GROUP_FORMED
+            return not formed
 
         def _average_gradients_and_load_into_optimizer(self, maybe_step_control: Any) -> None:
             started = time.perf_counter()

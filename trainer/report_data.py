@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.grid_status import is_true
 from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
@@ -113,7 +114,7 @@ def load_experiment(path: Path) -> Experiment | None:
         PeerRun(peer_dir.name, read_steps(peer_dir), read_rounds(peer_dir), is_complete(peer_dir))
         for peer_dir in peer_dirs
     ]
-    complete = document["complete"] is True if "complete" in document else all(p.complete for p in peers)
+    complete = is_true(document["complete"]) if "complete" in document else all(p.complete for p in peers)
     bandwidth = (document.get("network") or {}).get("bandwidth_bytes_per_second")
     return Experiment(
         experiment_id=str(document.get("experiment_id") or path.name),

@@ -52,6 +52,7 @@ class RunSession:
         self.writer: ResultsWriter | None = None
         self.barrier_release: float | None = None
         self.start_wait: float | None = None
+        self.exit_detail: str | None = None
 
     # ---------------------------------------------------------------- phases
 
@@ -109,8 +110,17 @@ class RunSession:
             try:
                 strategy.setup(self.model, config, self.on_round)
             except (ValueError, ConnectionError) as exc:
-                return fail(_one_line(exc))
-            self.start_wait = strategy.wait_for_start()
+                self.exit_detail = _one_line(exc)
+                return fail(self.exit_detail)
+            wait_started = time.monotonic()
+            try:
+                self.start_wait = strategy.wait_for_start()
+            except TimeoutError as exc:
+                self.start_wait = time.monotonic() - wait_started
+                self.exit_detail = _one_line(exc)
+                exit_reason, exit_code = "start_timeout", EXIT_START_TIMEOUT
+                print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
+                return exit_code
             self.barrier_release = time.time()
             self.signals.interrupting = False
             if self.writer is None or self.telemetry is None:
@@ -134,9 +144,6 @@ class RunSession:
             exit_reason = loop.run(clock_origin=self.barrier_release)
             evaluate_at_end(loop, exit_reason, config.eval_every)
             exit_code = EXIT_OK
-        except TimeoutError as exc:
-            exit_reason, exit_code = "start_timeout", EXIT_START_TIMEOUT
-            print(f"trainer: error: {_one_line(exc)}", file=sys.stderr, flush=True)
         except (StopRequested, KeyboardInterrupt):
             exit_reason, exit_code = "signal", EXIT_OK
         except Exception as exc:
@@ -146,6 +153,7 @@ class RunSession:
             else:
                 traceback.print_exc()
                 exit_reason, exit_code = "error", EXIT_CRASH
+                self.exit_detail = f"{type(exc).__name__}: {_one_line(exc)}"
         finally:
             self.signals.shielded = True
             details = self._finish_strategy(strategy, exit_reason)
@@ -182,7 +190,7 @@ class RunSession:
             barrier_release_timestamp=self.barrier_release,
             start_wait_seconds=self.start_wait,
             end_timestamp=time.time(),
-            extra={"strategy_details": details} if details else None,
+            extra={"exit_detail": self.exit_detail, **({"strategy_details": details} if details else {})},
         )
         self.writer.write_summary(summary)
         self.writer.close()

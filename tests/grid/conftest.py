@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).resolve().parent / "stand_in"
 
 
-def trainer(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def trainer(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run the `trainer` command line as a user would (python -m trainer)."""
     return subprocess.run(
         [sys.executable, "-m", "trainer", *args],
@@ -33,17 +35,38 @@ def baseline_run(
 ) -> Path:
     """A real, short baseline run of smallcnn on synthetic data into `results_dir` (it stops at `target`)."""
     completed = trainer(
-        "run", "--strategy", "baseline", "--model", "smallcnn", "--dataset", "synthetic",
-        "--batch-size", "16", "--learning-rate", str(learning_rate), "--max-steps", str(steps),
-        "--run-id", run_id, "--peer-id", "baseline",
-        "--results-dir", str(results_dir), "--metrics-port", "-1", "--vcpus", "1",
+        "run",
+        "--strategy",
+        "baseline",
+        "--model",
+        "smallcnn",
+        "--dataset",
+        "synthetic",
+        "--batch-size",
+        "16",
+        "--learning-rate",
+        str(learning_rate),
+        "--max-steps",
+        str(steps),
+        "--run-id",
+        run_id,
+        "--peer-id",
+        "baseline",
+        "--results-dir",
+        str(results_dir),
+        "--metrics-port",
+        "-1",
+        "--vcpus",
+        "1",
         *(["--target-loss", str(target)] if target is not None else []),
-    )  # fmt: skip
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     return results_dir
 
 
-def write_experiment_json(directory: Path, *, strategy: str, peers: int, settings: dict, complete: bool) -> None:
+def write_experiment_json(
+    directory: Path, *, strategy: str, peers: int, settings: dict, complete: bool
+) -> None:
     """experiment.json as the experiment playbook writes it (docs/architecture.md)."""
     document = {
         "experiment_id": directory.name,
@@ -61,6 +84,23 @@ def write_experiment_json(directory: Path, *, strategy: str, peers: int, setting
     (directory / "experiment.json").write_text(json.dumps(document))
 
 
+TARGET = 2.0
+RUN_SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 16, "vcpus": 1}
+
+
+@pytest.fixture(scope="session")
+def baseline_results(tmp_path_factory) -> Path:
+    """Real short baseline runs laid out as the playbook does: 2 repeats of one setting, 1 at another LR."""
+    results = tmp_path_factory.mktemp("results")
+    for name, lr in (("base-lr0.01-r1", 0.01), ("base-lr0.01-r2", 0.01), ("base-lr0.002-r1", 0.002)):
+        # the first repeat also measures its time to TARGET in the trainer (and stops there)
+        target = TARGET if name == "base-lr0.01-r1" else None
+        baseline_run(results / name / "baseline", run_id=name, learning_rate=lr, steps=60, target=target)
+        settings = {**RUN_SETTINGS, "learning_rate": lr, "max_steps": 60}
+        write_experiment_json(results / name, strategy="baseline", peers=1, settings=settings, complete=True)
+    return results
+
+
 @pytest.fixture
 def stand_in_env(tmp_path: Path) -> dict[str, str]:
     """Environment for the stand-in playbooks (tests/grid/stand_in)."""
@@ -74,18 +114,51 @@ def stand_in_env(tmp_path: Path) -> dict[str, str]:
 def hivemind_pair(results_dir: Path, *, run_id: str, learning_rate: float, steps: int) -> Path:
     """A real 2-peer Hivemind run (smallcnn, synthetic) over loopback into results_dir/peer-01, peer-02."""
     common = [
-        "run", "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic", "--batch-size", "16",
-        "--learning-rate", str(learning_rate), "--max-steps", str(steps), "--run-id", run_id,
-        "--metrics-port", "-1", "--vcpus", "1", "--target-batch-size", "64", "--expected-peers", "2",
-        "--listen", "/ip4/127.0.0.1/tcp/0", "--start-timeout", "120", "--matchmaking-time", "1",
-        "--averaging-timeout", "10", "--finish-grace", "5",
-    ]  # fmt: skip
+        "run",
+        "--strategy",
+        "hivemind",
+        "--model",
+        "smallcnn",
+        "--dataset",
+        "synthetic",
+        "--batch-size",
+        "16",
+        "--learning-rate",
+        str(learning_rate),
+        "--max-steps",
+        str(steps),
+        "--run-id",
+        run_id,
+        "--metrics-port",
+        "-1",
+        "--vcpus",
+        "1",
+        "--target-batch-size",
+        "64",
+        "--expected-peers",
+        "2",
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--start-timeout",
+        "120",
+        "--matchmaking-time",
+        "1",
+        "--averaging-timeout",
+        "10",
+        "--finish-grace",
+        "5",
+    ]
     env = {**os.environ}
     first_dir = results_dir / "peer-01"
     first = subprocess.Popen(
         [sys.executable, "-m", "trainer", *common, "--peer-id", "peer-01", "--results-dir", str(first_dir)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         addresses = first_dir / "multiaddrs.txt"
         deadline = time.monotonic() + 120
@@ -94,9 +167,15 @@ def hivemind_pair(results_dir: Path, *, run_id: str, learning_rate: float, steps
             time.sleep(0.2)
         address = addresses.read_text().split()[0]
         second = trainer(
-            *common, "--peer-id", "peer-02", "--results-dir", str(results_dir / "peer-02"),
-            "--initial-peers", address, timeout=300,
-        )  # fmt: skip
+            *common,
+            "--peer-id",
+            "peer-02",
+            "--results-dir",
+            str(results_dir / "peer-02"),
+            "--initial-peers",
+            address,
+            timeout=300,
+        )
         assert second.returncode == 0, second.stderr[-2000:]
         _, stderr = first.communicate(timeout=120)
         assert first.returncode == 0, stderr[-2000:]

@@ -14,7 +14,11 @@ from trainer.grid_expr import ExpressionError, compile_expression, evaluate
         ("16 // peers", {"peers": 16}, 1),
         ("10000 // peers if peers > 2 else 5000", {"peers": 2}, 5000),
         ("max(1, total // peers)", {"total": 8, "peers": 16}, 1),
-        ("strategy == 'baseline' and batch_size in [32, 64]", {"strategy": "baseline", "batch_size": 64}, True),
+        (
+            "strategy == 'baseline' and batch_size in [32, 64]",
+            {"strategy": "baseline", "batch_size": 64},
+            True,
+        ),
         ("not local_updates or repeat == 2", {"local_updates": True, "repeat": 1}, False),
         ("1 < peers <= 8", {"peers": 8}, True),
     ],

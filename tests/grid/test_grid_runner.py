@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.grid.conftest import REPO, STAND_IN, baseline_run, trainer, write_experiment_json
+from tests.grid.conftest import REPO, STAND_IN, trainer, write_experiment_json
 from trainer.grid_spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
@@ -31,9 +32,16 @@ def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
 
 def grid_args(tmp_path: Path, *extra: str, grid: Path = SMOKE) -> list[str]:
     return [
-        "grid", str(grid), "--results-dir", str(tmp_path / "results"), "--playbook-dir", str(STAND_IN),
-        "--inventory", str(STAND_IN / "inventory.yml"), *extra,
-    ]  # fmt: skip
+        "grid",
+        str(grid),
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--playbook-dir",
+        str(STAND_IN),
+        "--inventory",
+        str(STAND_IN / "inventory.yml"),
+        *extra,
+    ]
 
 
 def calls(tmp_path: Path) -> list[str]:
@@ -72,14 +80,18 @@ def test_runs_every_run_continues_past_a_failure_and_retries_it(tmp_path, stand_
     assert status(tmp_path)[failing]["attempts"] == 2
 
 
-def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env):
+def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env, baseline_results):
     """Results dirs made by real trainer runs; experiment.json where the playbook writes it."""
     results = tmp_path / "results"
     done, partial = SMOKE_IDS[0], SMOKE_IDS[1]
-    for experiment_id, complete in ((done, True), (partial, False)):
-        baseline_run(results / experiment_id / "baseline", run_id=experiment_id, learning_rate=0.01, steps=20,
-                     target=2.0)  # fmt: skip
-        write_experiment_json(results / experiment_id, strategy="baseline", peers=1, settings={}, complete=complete)
+    for experiment_id, complete, source in (
+        (done, True, "base-lr0.01-r2"),
+        (partial, False, "base-lr0.002-r1"),
+    ):
+        shutil.copytree(baseline_results / source / "baseline", results / experiment_id / "baseline")
+        write_experiment_json(
+            results / experiment_id, strategy="baseline", peers=1, settings={}, complete=complete
+        )
     listing = trainer(*grid_args(tmp_path, "--dry-run"), env=stand_in_env)
     assert f"done {done}" in listing.stdout and f"todo {partial}" in listing.stdout
     assert listing.stdout.splitlines()[-1].endswith("1 complete, 3 to run")
@@ -97,8 +109,12 @@ def test_ctrl_c_tears_down_and_the_grid_resumes(tmp_path, stand_in_env):
     env = {**os.environ, **stand_in_env, "GRID_STAND_IN_SLOW": slow}
     process = subprocess.Popen(
         [sys.executable, "-m", "trainer", *grid_args(tmp_path, grid=grid)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while f"experiment {slow} force=False" not in calls(tmp_path):
         assert time.monotonic() < deadline and process.poll() is None, "the slow run never started"

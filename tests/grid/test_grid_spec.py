@@ -1,4 +1,4 @@
-"""Grid files: the thesis grid reproduces the study's tables exactly; the smoke grid; bad files are refused."""
+"""Grid files: the thesis grid is the study's tables exactly; the smoke grid; bad files are refused."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def test_thesis_hivemind_is_table_5_2():
     rows = set()
     for run in runs:
         s = run.settings
-        rows.add((s["batch_size"], s["learning_rate"], s["peers"], s["target_batch_size"], s["local_updates"]))
+        rows.add(
+            (s["batch_size"], s["learning_rate"], s["peers"], s["target_batch_size"], s["local_updates"])
+        )
         assert run.repeat == 1
         assert s["vcpus"] * s["peers"] == 16
         if s["peers"] == 2:
@@ -51,10 +53,18 @@ def test_thesis_hivemind_is_table_5_2():
             # the table keeps 2500/1250/625 for every batch size ("always totaling 10000 steps")
             assert s["max_steps"] == {4: 2500, 8: 1250, 16: 625}[s["peers"]]
             assert s["max_steps"] * s["peers"] == 10000
-    two_peers = {(bs, lr, 2, tbs, lu) for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
-                 for tbs in (10000, 5000, 2500, 1250, 625) for lu in (True, False)}  # fmt: skip
-    more_peers = {(bs, lr, peers, 1250, lu) for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
-                  for peers in (4, 8, 16) for lu in (True, False)}  # fmt: skip
+    two_peers = {
+        (bs, lr, 2, tbs, lu)
+        for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
+        for tbs in (10000, 5000, 2500, 1250, 625)
+        for lu in (True, False)
+    }
+    more_peers = {
+        (bs, lr, peers, 1250, lu)
+        for bs, lr in itertools.product(BATCH_SIZES, LEARNING_RATES)
+        for peers in (4, 8, 16)
+        for lu in (True, False)
+    }
     assert rows == two_peers | more_peers
     assert len(rows) == 144 == 72 * 2
 
@@ -62,14 +72,44 @@ def test_thesis_hivemind_is_table_5_2():
 @pytest.mark.parametrize(
     ("index", "expected"),
     [
-        (1, {"strategy": "baseline", "batch_size": 32, "learning_rate": 0.001, "max_steps": 10000, "vcpus": 16}),
+        (
+            1,
+            {
+                "strategy": "baseline",
+                "batch_size": 32,
+                "learning_rate": 0.001,
+                "max_steps": 10000,
+                "vcpus": 16,
+            },
+        ),
         (36, {"strategy": "baseline", "batch_size": 128, "learning_rate": 0.1, "max_steps": 2500}),
-        (37, {"strategy": "hivemind", "peers": 2, "vcpus": 8, "batch_size": 32, "target_batch_size": 10000,
-              "local_updates": True, "max_steps": 5000}),
-        (180, {"strategy": "hivemind", "peers": 16, "vcpus": 1, "batch_size": 128, "learning_rate": 0.1,
-               "target_batch_size": 1250, "local_updates": False, "max_steps": 625}),
+        (
+            37,
+            {
+                "strategy": "hivemind",
+                "peers": 2,
+                "vcpus": 8,
+                "batch_size": 32,
+                "target_batch_size": 10000,
+                "local_updates": True,
+                "max_steps": 5000,
+            },
+        ),
+        (
+            180,
+            {
+                "strategy": "hivemind",
+                "peers": 16,
+                "vcpus": 1,
+                "batch_size": 128,
+                "learning_rate": 0.1,
+                "target_batch_size": 1250,
+                "local_updates": False,
+                "max_steps": 625,
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_thesis_sampled_runs(index, expected):
     run = load_grid(THESIS).runs[index - 1]
     assert run.index == index
@@ -82,7 +122,11 @@ def test_thesis_rule_is_configurable(tmp_path):
     document["constants"]["steps_per_experiment"] = 20000
     runs = parse_grid(document, path=tmp_path / "thesis-20k.yml").runs
     scaling = [run for run in runs if run.block == "hivemind-peers"]
-    assert {run.settings["peers"]: run.settings["max_steps"] for run in scaling} == {4: 5000, 8: 2500, 16: 1250}
+    assert {run.settings["peers"]: run.settings["max_steps"] for run in scaling} == {
+        4: 5000,
+        8: 2500,
+        16: 1250,
+    }
 
 
 def test_thesis_dry_run_lists_the_study():
@@ -115,18 +159,32 @@ def test_ids_are_deterministic_and_valid_for_the_playbook():
         assert run.experiment_id == experiment_id(run.settings, run.repeat)
     # integral floats and ints are the same setting
     assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == experiment_id(
-        parse_grid({"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]},
-                   path=Path("x.yml")).runs[0].settings, 1)  # fmt: skip
+        parse_grid(
+            {"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]}, path=Path("x.yml")
+        )
+        .runs[0]
+        .settings,
+        1,
+    )
 
 
 def test_repeat_and_only_select_runs():
     completed = trainer(
-        "grid", str(THESIS), "--dry-run", "--repeat", "2", "--results-dir", "/nonexistent",
-        "--only", "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
-    )  # fmt: skip
+        "grid",
+        str(THESIS),
+        "--dry-run",
+        "--repeat",
+        "2",
+        "--results-dir",
+        "/nonexistent",
+        "--only",
+        "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
+    )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines()[-1].startswith("total: 4 runs (4 baseline runs)")
-    hivemind = trainer("grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3")
+    hivemind = trainer(
+        "grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3"
+    )
     assert hivemind.stdout.splitlines()[-1].startswith("total: 18 runs (18 hivemind runs)")
 
 
@@ -148,7 +206,11 @@ def _with(path: str, value) -> dict:
     [
         (_with("colour", "red"), "colour", "unknown key"),
         (_with("blocks.0.axis", {}), "blocks[0].axis", "unknown key"),
-        (_with("blocks.0.fixed.batchsize", 32), "blocks[0] (b).fixed.batchsize", "not an experiment playbook"),
+        (
+            _with("blocks.0.fixed.batchsize", 32),
+            "blocks[0] (b).fixed.batchsize",
+            "not an experiment playbook",
+        ),
         (_with("blocks.0.axes.batch_size", []), "blocks[0] (b).axes.batch_size", "non-empty list"),
         (_with("blocks.0.axes.learning_rate", 0.1), "blocks[0] (b).axes.learning_rate", "non-empty list"),
         (_with("blocks.0.fixed.peers", 0), "blocks[0] (b).fixed.peers", "integer >= 1"),
@@ -172,7 +234,11 @@ def _with(path: str, value) -> dict:
         (_with("constants.peers", 3), "constants.peers", "clashes"),
         ({"blocks": [{"name": "a"}, {"name": "a", "fixed": {"seed": 1}}]}, "blocks[1].name", "duplicate"),
         ({"blocks": [{"name": "a"}, {"name": "b"}]}, "blocks (a and b)", "same settings"),
-        ({"blocks": [{"name": "a", "fixed": {"seed": 1}, "axes": {"seed": [2]}}]}, "blocks[0] (a).seed", "twice"),
+        (
+            {"blocks": [{"name": "a", "fixed": {"seed": 1}, "axes": {"seed": [2]}}]},
+            "blocks[0] (a).seed",
+            "twice",
+        ),
     ],
 )
 def test_bad_grid_is_refused_naming_file_and_key(tmp_path, document, key, message):

@@ -34,10 +34,20 @@ def test_same_variables_and_kinds_as_the_playbook(playbook_rules):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("peers", 0), ("batch_size", -1), ("max_steps", 1.5), ("learning_rate", 0), ("learning_rate", float("inf")),
-     ("seed", -1), ("strategy", "ring"), ("model", "vgg"), ("dataset", "mnist"), ("local_updates", "true"),
-     ("data_workers", True)],
-)  # fmt: skip
+    [
+        ("peers", 0),
+        ("batch_size", -1),
+        ("max_steps", 1.5),
+        ("learning_rate", 0),
+        ("learning_rate", float("inf")),
+        ("seed", -1),
+        ("strategy", "ring"),
+        ("model", "vgg"),
+        ("dataset", "mnist"),
+        ("local_updates", "true"),
+        ("data_workers", True),
+    ],
+)
 def test_values_the_playbook_refuses_are_refused(playbook_rules, name, value):
     with pytest.raises(VarError):
         check_var(name, value)
@@ -49,9 +59,15 @@ def test_values_the_playbook_refuses_are_refused(playbook_rules, name, value):
 
 @pytest.mark.parametrize(
     ("name", "value", "normalised"),
-    [("peers", 16, 16), ("max_steps", 2500.0, 2500), ("learning_rate", 1, 1.0), ("local_updates", False, False),
-     ("data_workers", 0, 0), ("dataset", "fashion-mnist", "fashion-mnist")],
-)  # fmt: skip
+    [
+        ("peers", 16, 16),
+        ("max_steps", 2500.0, 2500),
+        ("learning_rate", 1, 1.0),
+        ("local_updates", False, False),
+        ("data_workers", 0, 0),
+        ("dataset", "fashion-mnist", "fashion-mnist"),
+    ],
+)
 def test_values_the_playbook_accepts_are_accepted(playbook_rules, name, value, normalised):
     assert check_var(name, value) == normalised
     kind = playbook_rules.VARIABLES[name][0]

@@ -10,32 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.grid.conftest import baseline_run, hivemind_pair, trainer, write_experiment_json
+from tests.grid.conftest import RUN_SETTINGS as SETTINGS
+from tests.grid.conftest import TARGET, hivemind_pair, trainer, write_experiment_json
 from trainer.report import parse_bandwidth
 from trainer.report_metrics import bandwidth_bound, model_bytes
 
-TARGET = 2.0
-SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 16, "vcpus": 1}
 TABLES = ("experiments", "time_to_target", "breakdown", "averaging", "effects")
 PLOTS = (
     "breakdown.png",
     "averaging.png",
-    *(f"effect_{factor}.png" for factor in ("target_batch_size", "local_updates", "peers", "batch_size",
-                                            "learning_rate")),
-)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def baseline_results(tmp_path_factory) -> Path:
-    """Two repeats of one baseline setting and one at another LR, as the playbook lays them out."""
-    results = tmp_path_factory.mktemp("results")
-    for name, lr in (("base-lr0.01-r1", 0.01), ("base-lr0.01-r2", 0.01), ("base-lr0.002-r1", 0.002)):
-        # the first repeat also measures its time to TARGET in the trainer (and stops there)
-        target = TARGET if name == "base-lr0.01-r1" else None
-        baseline_run(results / name / "baseline", run_id=name, learning_rate=lr, steps=60, target=target)
-        settings = {**SETTINGS, "learning_rate": lr, "max_steps": 60}
-        write_experiment_json(results / name, strategy="baseline", peers=1, settings=settings, complete=True)
-    return results
+    *(
+        f"effect_{factor}.png"
+        for factor in ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
+    ),
+)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -86,7 +74,9 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     experiment = rows_by_id(out / "experiments.csv")["base-lr0.01-r1"]
     samples = sum(int(row["samples"]) for row in steps)
     assert int(experiment["samples"]) == samples == len(steps) * 16
-    assert float(experiment["samples_per_second"]) == pytest.approx(samples / float(steps[-1]["wall_seconds"]))
+    assert float(experiment["samples_per_second"]) == pytest.approx(
+        samples / float(steps[-1]["wall_seconds"])
+    )
     by_hand = smoothed_time_to_target(steps, TARGET, window=10)
     assert by_hand is not None, "the baseline should reach the target loss"
     assert float(experiment["time_to_target_seconds"]) == pytest.approx(by_hand)
@@ -94,7 +84,9 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     summary = json.loads((baseline_results / "base-lr0.01-r1" / "baseline" / "summary.json").read_text())
     assert summary["time_to_target_loss_seconds"] == pytest.approx(by_hand, abs=1e-6)
 
-    effects = [r for r in read_csv(out / "effects.csv") if r["factor"] == "learning_rate" and r["level"] == "0.01"]
+    effects = [
+        r for r in read_csv(out / "effects.csv") if r["factor"] == "learning_rate" and r["level"] == "0.01"
+    ]
     times = next(r for r in effects if r["metric"] == "time_to_target_seconds")
     assert times["experiments"] == "2"  # both repeats listed, not hidden in a mean
     assert len(times["values"].split()) == 2
@@ -143,19 +135,28 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
             (results / child.name).symlink_to(child)
     hivemind = results / "hm-2p-r1"
     hivemind_pair(hivemind, run_id="hm-2p-r1", learning_rate=0.01, steps=40)
-    settings = {**SETTINGS, "learning_rate": 0.01, "max_steps": 40, "target_batch_size": 64,
-                "local_updates": False}  # fmt: skip
+    settings = {
+        **SETTINGS,
+        "learning_rate": 0.01,
+        "max_steps": 40,
+        "target_batch_size": 64,
+        "local_updates": False,
+    }
     write_experiment_json(hivemind, strategy="hivemind", peers=2, settings=settings, complete=True)
     target = 2.25
     out = tmp_path / "report"
-    completed = trainer("report", str(results), "--out", str(out), "--target-loss", str(target),
-                        "--bandwidth", "1Gbit")  # fmt: skip
+    completed = trainer(
+        "report", str(results), "--out", str(out), "--target-loss", str(target), "--bandwidth", "1Gbit"
+    )
     assert completed.returncode == 0, completed.stderr
 
     # averaging per round, by hand from both peers' rounds.csv
     rounds = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "rounds.csv")]
-    gradients = [float(r["allreduce_seconds"]) for r in rounds
-                 if r["kind"] == "gradients" and r["outcome"] == "ok" and r["allreduce_seconds"]]  # fmt: skip
+    gradients = [
+        float(r["allreduce_seconds"])
+        for r in rounds
+        if r["kind"] == "gradients" and r["outcome"] == "ok" and r["allreduce_seconds"]
+    ]
     assert gradients, "the Hivemind run should have averaged gradients"
     row = next(r for r in read_csv(out / "averaging.csv") if r["kind"] == "gradients")
     assert float(row["allreduce_median_s"]) == pytest.approx(statistics.median(gradients))
@@ -184,5 +185,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         assert float(speed["scaling_efficiency"]) == pytest.approx(base / mine * 1 / 2)
     share = rows_by_id(out / "breakdown.csv")["hm-2p-r1"]
     assert 0 < float(share["averaging_share"]) < 1
-    assert math.isclose(sum(float(share[f"{p}_share"]) for p in ("data", "compute", "averaging",
-                                                                  "optimizer_local", "other")), 1.0)  # fmt: skip
+    assert math.isclose(
+        sum(float(share[f"{p}_share"]) for p in ("data", "compute", "averaging", "optimizer_local", "other")),
+        1.0,
+    )

@@ -209,7 +209,8 @@ def test_peer_label_comes_from_the_trainer_and_inventory_agrees(scraped_run):
     labels = sorted((s["metric"]["peer"], s["metric"]["host"], s["metric"]["strategy"]) for s in series)
     assert labels == [("peer-01", "peer-01", "hivemind"), ("peer-02", "peer-02", "hivemind")]
     # the last scrape may precede a peer's final steps (or a collective finish may end it early)
-    assert all(0 < float(s["value"][1]) <= 50 for s in series)
+    steps = [float(s["value"][1]) for s in series]
+    assert all(0 < count <= 50 for count in steps), steps
 
 
 def test_rules_evaluate_cleanly(scraped_run):

@@ -30,8 +30,8 @@ COMMON = [
     "--learning-rate", "0.05", "--vcpus", "1", "--metrics-port", "-1", "--listen", "/ip4/127.0.0.1/tcp/0",
     "--matchmaking-time", "1", "--averaging-timeout", "20", "--finish-grace", "20",
 ]  # fmt: skip
-# the slow peer's niceness: it shares one core with the fast peer at ~1/6 of its weight (CFS: nice 8 vs 0)
-SLOW_NICE = 8
+# the slow peer's niceness: it shares one core with the fast peer at ~0.4 of its weight (CFS: nice 4 vs 0)
+SLOW_NICE = 4
 
 
 class Peer:
@@ -86,6 +86,9 @@ def _share_one_core(niceness: int) -> None:
     os.sched_setaffinity(0, [min(os.sched_getaffinity(0))])
     if niceness:
         os.nice(niceness)
+        # each peer runs in its own session, so with CFS autogroups its niceness must be the group's too
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
+            autogroup.write(str(niceness))
 
 
 def session_processes(session: int) -> list[int]:

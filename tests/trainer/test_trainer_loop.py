@@ -128,6 +128,7 @@ def test_stop_signals_modes() -> None:
 
     from trainer.shutdown import StopRequested
 
+    before = signal.getsignal(signal.SIGTERM)
     signals = StopSignals().install()
     try:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -141,4 +142,4 @@ def test_stop_signals_modes() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         signals.restore()
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before

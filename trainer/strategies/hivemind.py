@@ -155,7 +155,9 @@ class HivemindStrategy:
         if epoch != self._epoch:
             self._on_new_epoch(epoch)
         self._report_rounds(epoch)
-        self.coordinator.poll_stop()
+        stop = self.coordinator.poll_stop()
+        if stop is not None:
+            optimizer.stop_epoch = stop.epoch
         progress = optimizer.tracker.global_progress
         return StepOutcome(
             averaging_seconds=optimizer.step_averaging_seconds,
@@ -195,7 +197,10 @@ class HivemindStrategy:
         if self._stop_reason is not None:
             return self._stop_reason
         stop = self.coordinator.poll_stop() if self.coordinator is not None else None
-        if stop is not None and self._ready().local_epoch >= stop.epoch:
+        optimizer = self._ready()
+        if stop is not None and (optimizer.local_epoch >= stop.epoch or optimizer.skipped_final_round):
+            if optimizer.skipped_final_round:
+                log.info("the others finished at epoch %d before this peer got there: stopping", stop.epoch)
             self._stop_reason = self._own_reason or "collective_finish"
         elif self._own_deadline is not None and time.monotonic() >= self._own_deadline:
             log.warning("collective stop not reached in time; stopping on our own (%s)", self._own_reason)

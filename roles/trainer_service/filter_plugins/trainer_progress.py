@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 _REPORTED_COLUMNS = ("step", "hivemind_epoch", "loss", "peers")
@@ -51,32 +49,25 @@ def testbed_progress_line(host: Any) -> str:
     return f"{name:<10} {active:<24} " + "  ".join(parts)
 
 
-def testbed_run_problem(outcome: dict[str, Any], summary_slurp: dict[str, Any], timeout: Any = None) -> str:
-    """Why a host's run is not complete ('' when it is), from wait.yml's outcome and a slurp of summary.json.
+def testbed_run_problem(outcome: dict[str, Any], summary: dict[str, Any] | None, timeout: Any = None) -> str:
+    """Why a host's run is not complete ('' when it is), from wait.yml's outcome and the host's summary.json.
 
-    >>> import base64, json
-    >>> ok = {"content": base64.b64encode(json.dumps({"complete": True}).encode()).decode()}
-    >>> testbed_run_problem({"timed_out": False, "result": "success", "exit_status": 0}, ok)
+    >>> testbed_run_problem({"timed_out": False, "result": "success", "exit_status": 0}, {"complete": True})
     ''
     >>> summary = {"complete": False, "exit_reason": "start_timeout"}
-    >>> bad = {"content": base64.b64encode(json.dumps(summary).encode())}
-    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 3}, bad)
+    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 3}, summary)
     'exit_reason start_timeout (exit status 3)'
-    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 1}, {"failed": True})
+    >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 1}, {})
     'no summary.json (unit result exit-code, exit status 1)'
+    >>> testbed_run_problem({"timed_out": "True"}, {"complete": False, "exit_reason": "signal"}, 60)
+    'still running after the 60 s timeout, stopped (exit_reason signal)'
     """
     timed_out = str(outcome.get("timed_out", False)).lower() == "true"
-    content = summary_slurp.get("content") if isinstance(summary_slurp, dict) else None
-    summary = None
-    if content:
-        try:
-            summary = json.loads(base64.b64decode(content))
-        except ValueError:
-            summary = None
     status = f"exit status {outcome.get('exit_status', '?')}"
     if timed_out:
-        return f"still running after the {timeout} s timeout, stopped"
-    if summary is None:
+        reason = (summary or {}).get("exit_reason", "no summary.json")
+        return f"still running after the {timeout} s timeout, stopped (exit_reason {reason})"
+    if not summary:
         return f"no summary.json (unit result {outcome.get('result', '?')}, {status})"
     if not summary.get("complete", False):
         return f"exit_reason {summary.get('exit_reason', '?')} ({status})"

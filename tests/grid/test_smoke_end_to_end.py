@@ -1,0 +1,109 @@
+"""The smoke grid end to end on the local cluster (real playbook, containers, Ceph, Hivemind peers):
+2 baseline + 2 Hivemind runs, interrupted with Ctrl-C during the first Hivemind run, resumed (finished
+runs are not redone), then `trainer report` writes every plot and table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.grid.conftest import REPO, trainer
+from trainer.grid_spec import load_grid
+
+SMOKE = REPO / "grids" / "smoke.yml"
+PLAYBOOKS = REPO / "playbooks"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(5400),
+    pytest.mark.skipif(
+        not (PLAYBOOKS / "experiment.yml").exists() or not (PLAYBOOKS / "teardown.yml").exists(),
+        reason="the experiment playbook is not there",
+    ),
+]
+
+
+def local_cluster_containers() -> list[str]:
+    listing = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", "label=testbed.cluster=local"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listing.stdout.split()
+
+
+def test_smoke_grid_interrupted_resumed_and_reported(tmp_path):
+    results = tmp_path / "results"
+    ids = [run.experiment_id for run in load_grid(SMOKE).runs]
+    status_file = results / "grid-smoke.status.json"
+    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf")}
+    command = [sys.executable, "-m", "trainer", "grid", str(SMOKE), "--results-dir", str(results)]
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # interrupt the first Hivemind run once it has been running for a while
+        deadline = time.monotonic() + 3600
+        while True:
+            assert process.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first two runs did not finish in time"
+            runs = json.loads(status_file.read_text())["runs"] if status_file.exists() else {}
+            third = runs.get(ids[2], {})
+            if third.get("status") == "running" and time.time() - third["started"] > 20:
+                break
+            time.sleep(2)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=900) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    first = (tmp_path / "first.log").read_text()
+    assert "interrupted (run the same command again to resume)" in first, first[-3000:]
+    runs = json.loads(status_file.read_text())["runs"]
+    assert [runs[i]["status"] for i in ids] == ["complete", "complete", "interrupted", "pending"], first[
+        -3000:
+    ]
+    assert local_cluster_containers() == []  # torn down
+
+    resumed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "4 runs selected, 2 already complete, 2 to run" in resumed.stdout
+    runs = json.loads(status_file.read_text())["runs"]
+    assert [runs[i]["status"] for i in ids] == ["complete"] * 4
+    assert [runs[i]["attempts"] for i in ids] == [1, 1, 2, 1]  # finished runs were not redone
+    for experiment_id in ids:
+        assert json.loads((results / experiment_id / "experiment.json").read_text())["complete"] is True
+
+    report = trainer("report", str(results), "--out", str(tmp_path / "report"), timeout=600)
+    assert report.returncode == 0, report.stderr
+    out = tmp_path / "report"
+    for name in (
+        "report.md",
+        "experiments.csv",
+        "time_to_target.csv",
+        "breakdown.csv",
+        "averaging.csv",
+        "effects.csv",
+        "breakdown.png",
+        "averaging.png",
+        "effect_target_batch_size.png",
+        "effect_local_updates.png",
+        "effect_peers.png",
+        "loss_smallcnn_fashion-mnist_bs32_lr0.01.png",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    with open(out / "time_to_target.csv", newline="") as handle:
+        speed = list(csv.DictReader(handle))
+    assert len(speed) == 2 and {row["baselines"] for row in speed} == {"2"}
+    with open(out / "averaging.csv", newline="") as handle:
+        averaging = list(csv.DictReader(handle))
+    assert {row["peers"] for row in averaging} == {"2"} and all(
+        int(row["rounds_ok"]) > 0 for row in averaging
+    )

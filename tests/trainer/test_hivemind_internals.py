@@ -1,0 +1,254 @@
+"""The hivemind internals the round timing relies on, the round bookkeeping, and the DHT coordination keys."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from trainer import hivemind_rounds
+from trainer.hivemind_rounds import (
+    KIND_GRADIENTS,
+    KIND_PARAMETERS,
+    ChildRound,
+    RoundCollector,
+    RoundTimingMixin,
+    check_internals,
+    internals_problems,
+)
+
+pytestmark = pytest.mark.hivemind
+
+
+def test_installed_hivemind_matches_the_instrumented_internals():
+    import hivemind
+
+    assert hivemind.__version__ == hivemind_rounds.HIVEMIND_VERSION
+    assert internals_problems() == []
+    check_internals()
+
+
+def test_a_changed_internal_fails_loudly(monkeypatch):
+    from hivemind.averaging.averager import DecentralizedAverager
+
+    async def _aggregate_with_group(self, group_info, **kwargs):  # a different signature and source
+        return None
+
+    monkeypatch.setattr(DecentralizedAverager, "_aggregate_with_group", _aggregate_with_group)
+    problems = internals_problems()
+    assert any("_aggregate_with_group takes" in p for p in problems), problems
+    assert any("_aggregate_with_group changed" in p for p in problems), problems
+    with pytest.raises(RuntimeError, match="hivemind internals changed"):
+        check_internals()
+
+
+def test_another_hivemind_version_fails_loudly(monkeypatch):
+    import hivemind
+
+    monkeypatch.setattr(hivemind, "__version__", "1.2.0")
+    with pytest.raises(RuntimeError, match=r"hivemind==1\.2\.0 installed"):
+        check_internals()
+
+
+# ------------------------------------------------------------------------------------------ bookkeeping
+
+
+def _child(uid: int, kind: str, outcome: str = "ok", **extra) -> ChildRound:
+    now = time.time()
+    values = dict(
+        started=now - 3.0, ended=now, group_size=2, allreduce_started=now - 0.5, allreduce_seconds=0.5
+    )
+    values.update(extra)
+    return ChildRound(uid=uid, kind=kind, outcome=outcome, **values)
+
+
+def _drain(collector: RoundCollector, epoch: int = 7, *, final: bool = False, tries: int = 50):
+    """Poll until the queue's feeder thread delivered what was put (it is asynchronous)."""
+    for _ in range(tries):
+        found = collector.poll(epoch, final=final)
+        if found:
+            return found
+        time.sleep(0.02)
+    return []
+
+
+class _Averager:
+    round_queue = None
+
+
+def test_collector_merges_child_timings_with_the_training_process_waits():
+    collector = RoundCollector()
+    collector.install(_Averager)
+    assert _Averager.round_queue is not None
+    collector.note_epoch(1, 3)
+    collector.add_blocking(1, 0.75)
+    collector.mark_finished(1)
+    _Averager.round_queue.put(_child(1, KIND_GRADIENTS))
+    (gradients,) = _drain(collector)
+    assert (gradients.kind, gradients.outcome, gradients.epoch, gradients.group_size) == (
+        "gradients",
+        "ok",
+        3,
+        2,
+    )
+    assert gradients.blocking_seconds == 0.75
+    assert gradients.allreduce_seconds == 0.5
+    assert gradients.matchmaking_seconds == pytest.approx(2.5, abs=1e-6)
+
+
+def test_collector_holds_a_background_round_until_the_training_process_is_done_with_it():
+    collector = RoundCollector()
+    collector.install(_Averager)
+    collector.expect(2)
+    collector.note_epoch(2, 4)
+    _Averager.round_queue.put(_child(2, KIND_PARAMETERS))
+    assert _drain(collector, tries=10) == []  # still held: the next step may wait for it
+    collector.add_blocking(2, 0.25)
+    collector.mark_finished(2)
+    (parameters,) = collector.poll(9)
+    assert (parameters.kind, parameters.epoch, parameters.blocking_seconds) == ("parameters", 4, 0.25)
+
+
+def test_collector_drops_cancelled_rounds_and_keeps_failed_ones():
+    collector = RoundCollector()
+    collector.install(_Averager)
+    _Averager.round_queue.put(_child(3, KIND_GRADIENTS, "cancelled", allreduce_started=None, group_size=None))
+    _Averager.round_queue.put(
+        _child(4, KIND_GRADIENTS, "timeout", allreduce_started=None, group_size=None, allreduce_seconds=None)
+    )
+    (failed,) = _drain(collector, epoch=5)
+    assert collector.rounds_cancelled == 1
+    assert (failed.outcome, failed.epoch, failed.blocking_seconds, failed.group_size) == (
+        "timeout",
+        5,
+        0.0,
+        None,
+    )
+    assert failed.matchmaking_seconds == pytest.approx(3.0, abs=1e-3)  # never found a group: all matchmaking
+
+
+# ------------------------------------------------------------------------------------------ the child's timer
+
+
+class _Step:
+    """What the mixin reads from hivemind's StepControl."""
+
+    def __init__(self, uid: int, exception: BaseException | None = None, cancelled: bool = False) -> None:
+        self._uid = uid
+        self._exception = exception
+        self._cancelled = cancelled
+        self.deadline = float("inf")
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+
+class _Group:
+    peer_ids = ("a", "b", "c")
+
+
+class _FakeAveragerBase:
+    """Stands in for DecentralizedAverager: a round is matchmaking (a sleep) then the all-reduce."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+
+    async def _step(self, *, step, future_for_init):
+        await asyncio.sleep(0.05)  # matchmaking
+        await asyncio.wait_for(self._aggregate_with_group(_Group(), min_vector_size=0), timeout=5)
+
+    async def _aggregate_with_group(self, group_info, min_vector_size, **kwargs):
+        await asyncio.sleep(0.1)
+        if self.fail is not None:
+            raise self.fail
+
+
+class _TimedFake(RoundTimingMixin, _FakeAveragerBase):
+    round_kind = KIND_GRADIENTS
+
+
+def test_the_averager_mixin_times_matchmaking_and_all_reduce_separately():
+    collector = RoundCollector()
+    collector.install(_TimedFake)
+    asyncio.run(_TimedFake()._step(step=_Step(11), future_for_init=None))
+    asyncio.run(_TimedFake()._step(step=_Step(12, exception=TimeoutError("slow peer")), future_for_init=None))
+    rounds = []
+    deadline = time.monotonic() + 5
+    while len(rounds) < 2 and time.monotonic() < deadline:
+        rounds += collector.poll(0, final=True)
+        time.sleep(0.02)
+    rounds.sort(key=lambda r: r.outcome)
+    assert [r.outcome for r in rounds] == ["ok", "timeout"], rounds
+    ok = rounds[0]
+    assert ok.group_size == 3
+    assert 0.09 < ok.allreduce_seconds < 1.0
+    assert 0.04 < ok.matchmaking_seconds < 1.0
+    assert "slow peer" in rounds[1].error
+
+
+# ------------------------------------------------------------------------------------------ DHT coordination
+
+
+@pytest.fixture(scope="module")
+def dht():
+    import hivemind
+
+    node = hivemind.DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    yield node
+    node.shutdown()
+
+
+def test_barrier_times_out_naming_who_arrived(dht):
+    from trainer.coordination import RunCoordinator
+
+    alone = RunCoordinator(dht, "barrier-run", "solo", expected_peers=2, poll_interval=0.1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"1 of 2 expected peers arrived \(solo\)"):
+        alone.wait_for_peers(1.0)
+    assert 1.0 <= time.monotonic() - started < 5.0
+
+
+def test_barrier_releases_when_enough_peers_announced(dht):
+    from trainer.coordination import RunCoordinator
+
+    first = RunCoordinator(dht, "pair-run", "one", expected_peers=2, poll_interval=0.1)
+    first._store(first.barrier_key, {"peer": "one", "time": time.time()})
+    second = RunCoordinator(dht, "pair-run", "two", expected_peers=2, poll_interval=0.1)
+    second.subkey = "two/other-peer"  # a second peer on the same DHT node
+    assert second.wait_for_peers(5.0) < 2.0
+    assert second.released_at is not None
+
+
+def test_the_smallest_published_stop_epoch_wins(dht):
+    from trainer.coordination import RunCoordinator
+
+    early = RunCoordinator(dht, "stop-run", "early", expected_peers=2, poll_interval=0.05)
+    late = RunCoordinator(dht, "stop-run", "late", expected_peers=2, poll_interval=0.05)
+    late.subkey = "late/other-peer"
+    late.request_stop(9, "target_loss")
+    early.request_stop(6, "max_steps")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (late.poll_stop() is None or late.stop.epoch != 6):
+        time.sleep(0.05)
+    assert (late.stop.epoch, late.stop.peer, late.stop.reason) == (6, "early", "max_steps")
+
+
+def test_waiting_for_others_to_finish_is_bounded(dht):
+    from trainer.coordination import RunCoordinator
+
+    done = RunCoordinator(dht, "done-run", "a", expected_peers=2, poll_interval=0.05)
+    done.announce_done("max_steps", 4)
+    waited, finished, expected = done.wait_for_others_done(1.0)
+    assert (finished, expected) == (1, 2) and 1.0 <= waited < 3.0
+    other = RunCoordinator(dht, "done-run", "b", expected_peers=2, poll_interval=0.05)
+    other.subkey = "b/other-peer"
+    other.announce_done("collective_finish", 4)
+    waited, finished, expected = done.wait_for_others_done(5.0)
+    assert (finished, expected) == (2, 2) and waited < 1.0

@@ -1,0 +1,26 @@
+"""The ``>>>`` examples in the trainer's docstrings run as written."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "trainer.config",
+    "trainer.results",
+    "trainer.telemetry",
+    "trainer.stats",
+    "trainer.models",
+    "trainer.data",
+    "trainer.shutdown",
+    "trainer.strategies.baseline",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
