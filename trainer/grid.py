@@ -19,7 +19,9 @@ from trainer.grid_spec import Grid, GridError, Run, load_grid
 from trainer.grid_status import experiment_complete
 from trainer.grid_vars import PLAYBOOK_VARS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The repository holding playbooks/ (an editable install); else the working directory.
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+REPO_ROOT = _PACKAGE_PARENT if (_PACKAGE_PARENT / "playbooks").is_dir() else Path.cwd()
 PLAYBOOK_DEFAULT_PEERS = 8  # docs/architecture.md "Experiment playbook variables"
 
 
@@ -167,5 +169,6 @@ def main(args: argparse.Namespace) -> int:
         project_dir=args.playbook_dir.resolve().parent,
         inventory=args.inventory.resolve() if args.inventory else None,
         artifacts_dir=(args.results_dir / f"grid-{grid.name}.runner").resolve(),
+        on_play=lambda play: print(f"      {play}", flush=True),
     )
     return GridRunner(grid, runs, results_dir=args.results_dir.resolve(), playbooks=playbooks).run()

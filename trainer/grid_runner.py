@@ -53,6 +53,7 @@ class Playbooks:
     project_dir: Path
     inventory: Path | None
     artifacts_dir: Path
+    on_play: Callable[[str], None] | None = None
 
     def run(
         self, name: str, extravars: dict[str, Any], ident: str, cancel: Callable[[], bool]
@@ -73,6 +74,7 @@ class Playbooks:
                 envvars={"PATH": path, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
                 quiet=True,
                 cancel_callback=_GracefulCancel(cancel),
+                event_handler=self._event,
                 suppress_env_files=True,
                 settings={"pexpect_timeout": 1},
             )
@@ -81,6 +83,12 @@ class Playbooks:
             return PlaybookResult(status="error", rc=None, log=None, error=f"ansible-runner: {error}")
         log = self.artifacts_dir / "artifacts" / ident / "stdout"
         return PlaybookResult(status=runner.status, rc=runner.rc, log=log if log.exists() else None)
+
+    def _event(self, event: dict[str, Any]) -> bool:
+        """Report each play as it starts (progress within a long experiment); keep every event."""
+        if self.on_play is not None and event.get("event") == "playbook_on_play_start":
+            self.on_play(str((event.get("event_data") or {}).get("play", "")))
+        return True
 
 
 class _GracefulCancel:

@@ -52,6 +52,8 @@ SOURCE_DIGESTS = {
     "hivemind.optim.optimizer.Optimizer._make_state_averager": "4e2d2b03cefe5998",
     "hivemind.optim.optimizer.Optimizer._update_global_epoch": "0786ab6afe75a7e9",
     "hivemind.optim.optimizer.Optimizer._average_gradients_and_load_into_optimizer": "c0459b56003a2596",
+    "hivemind.optim.optimizer.Optimizer.step": "6b146b3259d5d1a8",
+    "hivemind.optim.optimizer.Optimizer.load_state_from_peers": "a8b8111272110a54",
     "hivemind.optim.optimizer.Optimizer.shutdown": "96caf836566823f4",
     "hivemind.optim.optimizer.Optimizer._tag_along_with_zero_weight": "771183d83e9de9ef",
 }
@@ -94,6 +96,23 @@ SIGNATURES = {
     ),
     "hivemind.optim.optimizer.Optimizer._make_state_averager": ("self", "kwargs"),
     "hivemind.optim.optimizer.Optimizer.load_state_from_peers": ("self", "kwargs"),
+}
+
+#: Keyword parameters the strategy passes (the functions take more).
+KEYWORDS = {
+    "hivemind.optim.optimizer.Optimizer.__init__": (
+        "grad_averager_factory",
+        "tracker_opts",
+        "use_local_updates",
+        "matchmaking_time",
+        "averaging_timeout",
+        "target_batch_size",
+        "batch_size_per_step",
+    ),
+    "hivemind.optim.progress_tracker.ProgressTracker.__init__": (
+        "default_refresh_period",
+        "max_refresh_period",
+    ),
 }
 
 #: Attributes read at run time: (dotted class, attribute names that must exist on the class or its instances).
@@ -147,6 +166,13 @@ def internals_problems() -> list[str]:
         names = tuple(inspect.signature(function).parameters)
         if names != expected:
             problems.append(f"{dotted} takes {names}, expected {expected}")
+    for dotted, names in KEYWORDS.items():
+        try:
+            accepted = set(inspect.signature(_resolve(dotted)).parameters)
+        except (ImportError, AttributeError):
+            problems.append(f"{dotted} is missing")
+            continue
+        problems.extend(f"{dotted} no longer takes {name}" for name in names if name not in accepted)
     for dotted in (
         "hivemind.averaging.averager.DecentralizedAverager._step",
         "hivemind.averaging.averager.DecentralizedAverager._aggregate_with_group",

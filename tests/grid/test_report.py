@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -189,3 +190,15 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         sum(float(share[f"{p}_share"]) for p in ("data", "compute", "averaging", "optimizer_local", "other")),
         1.0,
     )
+
+
+def test_results_without_experiment_json_are_read_from_config_json(baseline_results, tmp_path):
+    """Plain `trainer run` results (no playbook) are reported with the settings the trainer recorded."""
+    from trainer.report_data import load_experiments
+
+    shutil.copytree(baseline_results / "base-lr0.002-r1" / "baseline", tmp_path / "plain" / "baseline")
+    (tmp_path / "not-a-run").mkdir()
+    [experiment] = load_experiments(tmp_path)
+    assert experiment.experiment_id == "plain"
+    assert experiment.is_baseline and experiment.complete
+    assert experiment.comparison_key() == ("smallcnn", "synthetic", 16, 0.002)

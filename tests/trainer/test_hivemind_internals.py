@@ -252,3 +252,41 @@ def test_waiting_for_others_to_finish_is_bounded(dht):
     other.announce_done("collective_finish", 4)
     waited, finished, expected = done.wait_for_others_done(5.0)
     assert (finished, expected) == (2, 2) and waited < 1.0
+
+
+# ------------------------------------------------------------------------------------------ the lagging peer
+
+
+class _Control:
+    def __init__(self, stage) -> None:
+        self.stage = stage
+
+    def done(self) -> bool:
+        return False
+
+
+def _optimizer_state(local: int, global_: int, stop: int | None, *, local_updates=False, control=None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        stop_epoch=stop,
+        use_local_updates=local_updates,
+        local_epoch=local,
+        tracker=SimpleNamespace(global_epoch=global_),
+        scheduled_grads=control,
+    )
+
+
+def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
+    from hivemind.averaging.control import AveragingStage
+
+    decide = hivemind_rounds.instrumented_optimizer_class()._others_finished_without_us
+    assert decide(_optimizer_state(2, 3, stop=3)) is True  # the others reached the stop epoch without it
+    assert decide(_optimizer_state(2, 3, stop=None)) is False  # no collective stop yet: a normal transition
+    assert decide(_optimizer_state(2, 2, stop=3)) is False  # nobody got there yet: this is the last round
+    assert decide(_optimizer_state(3, 3, stop=3)) is False  # already there
+    assert decide(_optimizer_state(2, 3, stop=3, local_updates=True)) is False  # LU: it joins the last round
+    formed = _Control(AveragingStage.AWAITING_TRIGGER)
+    assert decide(_optimizer_state(2, 3, stop=3, control=formed)) is False  # a group waits for this peer
+    looking = _Control(AveragingStage.LOOKING_FOR_GROUP)
+    assert decide(_optimizer_state(2, 3, stop=3, control=looking)) is True

@@ -296,3 +296,54 @@ def test_expected_peer_that_never_comes(peers):
     assert not read_steps(lonely.results)
     time.sleep(0.5)
     assert not session_processes(lonely.session), "the peer left processes behind"
+
+
+@pytest.mark.timeout(120)
+def test_unreachable_initial_peer_is_one_clear_error(peers):
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    nowhere = f"/ip4/127.0.0.1/tcp/{port}/p2p/QmXfw7bXTd3Ab7ERtqgnSBRHb7a4zG8fUX4ArvpGSRbAk6"
+    args = [
+        *run_args("nowhere", expected=2, max_steps=10, tbs=256, start_timeout=4),
+        "--initial-peers",
+        nowhere,
+    ]
+    started = time.monotonic()
+    peer = peers("stranded", args)
+    code = peer.wait(100)
+    assert code == 2, peer.tail()
+    errors = [line for line in peer.log.read_text().splitlines() if line.startswith("trainer: error:")]
+    assert len(errors) == 1 and "cannot reach the initial peers" in errors[0] and nowhere in errors[0], errors
+    assert time.monotonic() - started < 90
+    assert not read_steps(peer.results)
+    time.sleep(0.5)
+    assert not session_processes(peer.session), "the peer left processes behind"
+
+
+@pytest.mark.timeout(200)
+def test_a_peer_stopped_by_sigterm_leaves_cleanly_and_the_other_goes_on(peers):
+    args = [*run_args("sigterm", expected=2, max_steps=64, tbs=1024), "--averaging-timeout", "10"]
+    staying = peers("staying", args)
+    leaving = peers("leaving", [*args, "--initial-peers", wait_for_multiaddr(staying)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # stop it mid-run, after its first epoch
+        rows = read_steps(leaving.results)
+        if rows and rows[-1]["hivemind_epoch"] >= 1:
+            break
+        assert leaving.process.poll() is None, leaving.tail()
+        time.sleep(0.2)
+    leaving.process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert leaving.wait(60) == 0, leaving.tail()
+    assert time.monotonic() - stopped < 30, "SIGTERM took too long"
+    assert leaving.summary["exit_reason"] == "signal" and leaving.summary["complete"] is False
+    time.sleep(0.5)
+    assert not session_processes(leaving.session), [_cmdline(p) for p in session_processes(leaving.session)]
+    # the other peer is not held up for long: at most one averaging timeout, then it trains on alone
+    finish_all([staying], timeout=120)
+    assert staying.summary["exit_reason"] in ("max_steps", "collective_finish"), staying.tail()
+    waits = [r["blocking_seconds"] or 0.0 for r in read_rounds(staying.results)]
+    assert max(waits, default=0.0) < 10 + 5, waits

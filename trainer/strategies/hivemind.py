@@ -119,8 +119,9 @@ class HivemindStrategy:
         self._remember_processes()
 
     def _remember_processes(self) -> None:
-        roots = [getattr(self.dht, "pid", None), getattr(self.optimizer.state_averager, "pid", None)]
-        if self.optimizer.grad_averager is not None:
+        roots = [getattr(self.dht, "pid", None)]
+        if self.optimizer is not None:
+            roots.append(getattr(self.optimizer.state_averager, "pid", None))
             roots.append(getattr(self.optimizer.grad_averager, "pid", None))
         for pid in _descendants([pid for pid in roots if pid]):
             started = _start_time(pid)
@@ -135,7 +136,7 @@ class HivemindStrategy:
         if optimizer.tracker.global_epoch > optimizer.local_epoch:
             log.info("run under way at epoch %d: loading state from peers", optimizer.tracker.global_epoch)
             optimizer.load_state_from_peers()
-        self.coordinator.wait_for_peers(max(0.0, config.start_timeout - (time.monotonic() - started)))
+        self.coordinator.wait_for_peers(config.start_timeout)
         self._remember_processes()
         self._epoch = optimizer.local_epoch
         self._epoch_started_at = time.monotonic()
