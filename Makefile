@@ -26,7 +26,7 @@ help:
 	@echo "make test   lint (ruff, yamllint, ansible-lint, terraform fmt) and every test (pytest tests/)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 
-setup: apt venv image
+setup: apt venv image infra-setup
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${db:Status-Status}\n' $$p 2>/dev/null \
