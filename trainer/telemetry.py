@@ -1,6 +1,6 @@
 """Prometheus metrics of one trainer process (names, types, labels and buckets are defined here only).
 
-Every series carries ``run_id``, ``peer`` and ``strategy``; the averaging series add ``kind`` and
+Every series carries ``run_id``, ``peer`` and ``strategy``; the averaging-round series add ``kind`` and
 ``outcome``. Each process has its own :class:`~prometheus_client.CollectorRegistry` (no default
 process/platform collectors: the host's node_exporter covers those), and every labelled series exists at 0
 from start-up so rate() and absent() behave from the first scrape.
@@ -51,6 +51,7 @@ METRICS: dict[str, str] = {
     "trainer_data_loading_seconds": "histogram",
     "trainer_compute_seconds": "histogram",
     "trainer_optimizer_seconds": "histogram",
+    "trainer_step_averaging_seconds": "histogram",
     "trainer_averaging_seconds": "histogram",
     "trainer_steps_total": "counter",
     "trainer_samples_total": "counter",
@@ -87,6 +88,8 @@ _HELP = {
     "trainer_data_loading_seconds": "Time a step was blocked waiting for its batch",
     "trainer_compute_seconds": "Forward and backward time of a step",
     "trainer_optimizer_seconds": "Optimizer step time, including time blocked on averaging",
+    "trainer_step_averaging_seconds": "Part of a step's optimizer time blocked in matchmaking, all-reduce or "
+    "state averaging (0 for the baseline)",
     "trainer_averaging_seconds": "Duration of an averaging round: all-reduce time, or blocking time when the "
     "all-reduce was not measured",
     "trainer_steps_total": "Local training steps taken",
@@ -138,6 +141,7 @@ class Telemetry:
         self._data = bound["trainer_data_loading_seconds"]
         self._compute = bound["trainer_compute_seconds"]
         self._optimizer = bound["trainer_optimizer_seconds"]
+        self._step_averaging = bound["trainer_step_averaging_seconds"]
         self._steps = bound["trainer_steps_total"]
         self._samples = bound["trainer_samples_total"]
         self._loss = bound["trainer_loss"]
@@ -197,6 +201,7 @@ class Telemetry:
         self._data.observe(record.data_seconds)
         self._compute.observe(record.compute_seconds)
         self._optimizer.observe(record.optimizer_seconds)
+        self._step_averaging.observe(record.averaging_seconds)
         self._steps.inc()
         self._samples.inc(record.samples)
         self._loss.set(record.loss)

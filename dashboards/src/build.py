@@ -221,12 +221,17 @@ def experiment() -> dict[str, Any]:
     panels = [
         timeseries(
             "Step time breakdown: $peer",
-            "Mean seconds per local step, stacked: waiting for data, forward/backward, and the optimizer "
-            "step (which includes the time the step was blocked on Hivemind averaging). One panel per peer.",
+            "Mean seconds per local step, stacked: waiting for data, forward/backward, blocked on Hivemind "
+            "averaging (matchmaking, all-reduce, state averaging; 0 for the baseline), and the rest of the "
+            "optimizer step. One panel per peer.",
             targets(
                 (per_step("trainer_data_loading_seconds"), "data"),
                 (per_step("trainer_compute_seconds"), "compute"),
-                (per_step("trainer_optimizer_seconds"), "optimizer + averaging"),
+                (per_step("trainer_step_averaging_seconds"), "averaging"),
+                (
+                    f"{per_step('trainer_optimizer_seconds')} - {per_step('trainer_step_averaging_seconds')}",
+                    "other optimizer",
+                ),
             ),
             unit="s",
             stacked=True,
@@ -240,7 +245,8 @@ def experiment() -> dict[str, Any]:
             targets(
                 (f"peer:trainer_data_loading_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} data"),
                 (f"peer:trainer_compute_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} compute"),
-                (f"peer:trainer_optimizer_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} optimizer + averaging"),
+                (f"peer:trainer_averaging_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} averaging"),
+                (f"peer:trainer_optimizer_other_share:ratio_rate1m{{{TRAINER}}}", "{{peer}} other optimizer"),
             ),
             unit="percentunit",
             minimum=0,

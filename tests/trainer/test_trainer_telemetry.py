@@ -16,6 +16,7 @@ DOCUMENTED = {
     "trainer_data_loading_seconds": "histogram",
     "trainer_compute_seconds": "histogram",
     "trainer_optimizer_seconds": "histogram",
+    "trainer_step_averaging_seconds": "histogram",
     "trainer_averaging_seconds": "histogram",
     "trainer_steps_total": "counter",
     "trainer_samples_total": "counter",
@@ -75,6 +76,9 @@ def test_every_series_exists_at_zero_from_startup() -> None:
     assert all(s.value == 0 for s in rounds.samples if s.name.endswith("_total"))
     buckets = {s.labels["le"] for s in families["trainer_step_seconds"].samples if s.name.endswith("_bucket")}
     assert {"0.001", "300.0", "+Inf"} <= buckets
+    step_averaging = families["trainer_step_averaging_seconds"].samples
+    assert {s.labels["le"] for s in step_averaging if s.name.endswith("_bucket")} == buckets
+    assert all(s.value == 0 for s in step_averaging)
 
 
 def test_observations_reach_the_right_series() -> None:
@@ -106,6 +110,11 @@ def test_observations_reach_the_right_series() -> None:
     assert value("trainer_target_batch_size", base) == 512
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "1.0"}) == 0
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "2.5"}) == 1
+    # the step's blocking time on averaging, per step, beside the per-round all-reduce time
+    assert value("trainer_step_averaging_seconds_sum", base) == 1.2
+    assert value("trainer_step_averaging_seconds_count", base) == 1
+    assert value("trainer_step_averaging_seconds_bucket", {**base, "le": "1.0"}) == 0
+    assert value("trainer_step_averaging_seconds_bucket", {**base, "le": "2.5"}) == 1
     ok = {**base, "kind": "gradients", "outcome": "ok"}
     assert (
         value("trainer_averaging_rounds_total", ok) == 1 and value("trainer_averaging_seconds_sum", ok) == 0.7

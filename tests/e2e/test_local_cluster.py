@@ -1,0 +1,106 @@
+"""experiment.yml end to end on the local cluster: real containers, real Hivemind peers, real Ceph."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from e2e_support import extra_vars, free_port, read_json, run_playbook
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
+
+# Small, fast settings: a handful of Hivemind epochs in about a minute of training on 2 cores.
+FAST = {
+    "model": "smallcnn",
+    "batch_size": 16,
+    "max_steps": 40,
+    "target_batch_size": 256,
+    "matchmaking_time": 2,
+    "averaging_timeout": 20,
+    "finish_grace": 10,
+    "start_timeout": 240,
+    "progress_interval": 10,
+    "run_timeout": 900,
+}
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
+    experiment = read_json(results / "experiment.json")
+    assert experiment["complete"] is True, experiment["incomplete_reason"]
+    assert experiment["incomplete_reason"] is None
+    assert experiment["strategy"] == strategy
+    for run in runs:
+        summary = read_json(results / run / "summary.json")
+        assert summary["complete"] is True, (run, summary)
+        assert summary["strategy"] == strategy
+        assert summary["steps"] > 0
+        for name in ("config.json", "steps.csv", "trainer.log"):
+            assert (results / run / name).is_file(), (run, name)
+    return experiment
+
+
+def _check_averaging(results: Path, peers: list[str]) -> None:
+    for peer in peers:
+        rounds = _rows(results / peer / "rounds.csv")
+        assert any(row["outcome"] == "ok" for row in rounds), (peer, rounds)
+        assert rounds[-1]["outcome"] == "ok", f"{peer} ended in a {rounds[-1]['outcome']} round: {rounds[-1]}"
+
+
+def test_two_peers_then_a_second_run_is_refused(tmp_path):
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "experiment_id": "e2e-two"}
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-two"
+    experiment = _check_complete(results, ["peer-01", "peer-02"], "hivemind")
+    assert set(experiment["hosts"]) == {"peer-01", "peer-02"}
+    assert experiment["hosts"]["peer-01"]["kernel"]
+    _check_averaging(results, ["peer-01", "peer-02"])
+    assert "peer-01" in run.output and "samples/s" in run.output  # the printed summary table
+
+    again = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings), timeout=120)
+    assert again.returncode != 0
+    assert "already holds the complete results of experiment e2e-two" in again.output
+    assert "-e force=true" in again.output
+
+
+def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
+    settings = {
+        **FAST,
+        "peers": 4,
+        "dataset": "fashion-mnist",
+        "dataset_storage": "cephfs",
+        "monitoring": True,
+        "experiment_id": "e2e-four",
+        "testbed_monitor_publish": [f"127.0.0.1:{free_port()}:9090", f"127.0.0.1:{free_port()}:3000"],
+    }
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-four"
+    peers = ["peer-01", "peer-02", "peer-03", "peer-04"]
+    experiment = _check_complete(results, peers, "hivemind")
+    assert experiment["storage"]["backend"] == "cephfs"
+    assert experiment["settings"]["data_root"] == "/mnt/datasets/fashion-mnist"
+    _check_averaging(results, peers)
+    # Issue 7: the start barrier lines up every peer's first step.
+    first_steps = [float(_rows(results / peer / "steps.csv")[0]["timestamp"]) for peer in peers]
+    assert max(first_steps) - min(first_steps) < 15, first_steps
+
+
+def test_baseline(tmp_path):
+    settings = {**FAST, "strategy": "baseline", "peers": 4, "dataset": "synthetic", "monitoring": False}
+    settings["experiment_id"] = "e2e-baseline"
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-baseline"
+    experiment = _check_complete(results, ["baseline"], "baseline")
+    assert experiment["peers"] == 1
+    assert list(experiment["hosts"]) == ["peer-01"]
+    summary = read_json(results / "baseline" / "summary.json")
+    assert summary["exit_reason"] == "max_steps"
+    assert summary["steps"] == FAST["max_steps"]

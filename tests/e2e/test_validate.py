@@ -1,0 +1,75 @@
+"""experiment.yml rejects bad settings with one clear message before it touches any host."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from e2e_support import REPO, extra_vars, run_playbook
+
+CLUSTER_PLAY = "PLAY [Create the local cluster's containers]"
+
+
+def _load_validation():
+    path = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
+    spec = importlib.util.spec_from_file_location("testbed_experiment", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"peers": 0}, "peers must be >= 1 (got 0)"),
+        ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
+        ({"strategy": "ring"}, "strategy must be one of hivemind|baseline (got 'ring')"),
+        ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
+        ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
+        ({"dataset": "imagenet"}, "dataset must be one of"),
+    ],
+)
+def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_path):
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings), timeout=120)
+    assert run.returncode != 0
+    assert "invalid settings, nothing was started" in run.output
+    assert message in run.output
+    assert CLUSTER_PLAY not in run.output
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    run = run_playbook(
+        "experiment.yml", *extra_vars(results_root=str(tmp_path), peers=0, strategy="ring"), timeout=120
+    )
+    assert run.returncode != 0
+    assert "peers must be >= 1" in run.output and "strategy must be one of" in run.output
+
+
+def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_machine():
+    validation = _load_validation()
+    hosts = [f"peer-{i:02d}" for i in range(1, 17)]
+    size = {"cluster_address": "10.89.64.101", "vcpus": 2, "memory_mb": 2048}
+    inventory = {"peers": hosts, "local": True, "host_cores": 2, "hostvars": dict.fromkeys(hosts, size)}
+    result = validation.testbed_experiment({"peers": "8"}, inventory)
+    assert result["errors"] == []
+    assert result["settings"]["vcpus"] == 2
+    assert result["hosts"] == hosts[:8]
+    plan = result["plan"]
+    assert sum(entry["cpus_limit"] for entry in plan.values()) == pytest.approx(2.0)
+    assert {entry["threads"] for entry in plan.values()} == {1}
+    assert [entry["cpuset"] for entry in plan.values()][:2] == ["0", "1"]
+    assert any("NOT comparable" in warning for warning in result["warnings"])
+
+
+def test_a_baseline_uses_one_host_and_a_real_cluster_keeps_its_vcpus():
+    validation = _load_validation()
+    hosts = ["peer-01", "peer-02"]
+    size = {"cluster_address": "192.0.2.1", "vcpus": 4, "memory_mb": 8192}
+    inventory = {"peers": hosts, "local": False, "host_cores": 2, "hostvars": dict.fromkeys(hosts, size)}
+    result = validation.testbed_experiment({"strategy": "baseline", "peers": "2"}, inventory)
+    assert result["errors"] == []
+    assert result["hosts"] == ["peer-01"]
+    assert result["plan"]["peer-01"]["threads"] == 4
+    assert result["plan"]["peer-01"]["cpus_limit"] == 4.0
+    too_many = validation.testbed_experiment({"peers": "2", "vcpus": "8"}, inventory)
+    assert "vcpus=8 exceeds the 4 vCPUs of peer-01" in too_many["errors"]

@@ -1,0 +1,96 @@
+"""End to end on the embedded local cluster: `experiment.yml -e peers=2` with the dataset on the test Ceph's
+CephFS, then the same settings with `dataset_storage=local` (a copy on each container's disk). Both complete,
+experiment.json names the backend, and every peer's data-loading time is recorded; the data-loading share of
+each run is printed side by side."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import pytest
+from storage_support import REPO, ansible_playbook, image_exists, podman
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = {
+    "peers": "2",
+    "strategy": "hivemind",
+    "model": "smallcnn",
+    "dataset": "fashion-mnist",
+    "batch_size": "32",
+    "max_steps": "30",
+    "monitoring": "false",
+}
+INVENTORY = REPO / "inventories" / "local"
+
+
+def _run_experiment(results_root: Path, storage: str) -> tuple[Path, float]:
+    experiment_id = f"ceph-e2e-{storage}-{int(time.time())}"
+    extra = {
+        **SETTINGS,
+        "dataset_storage": storage,
+        "experiment_id": experiment_id,
+        "results_root": str(results_root),
+    }
+    args = [arg for key, value in extra.items() for arg in ("-e", f"{key}={value}")]
+    run = ansible_playbook(REPO / "playbooks" / "experiment.yml", INVENTORY, *args, timeout=1500)
+    assert run.returncode == 0, f"experiment.yml ({storage}) failed:\n{run.output[-6000:]}"
+    return results_root / experiment_id, run.seconds
+
+
+def _data_share(peer_dir: Path) -> tuple[float, float]:
+    """(data-loading seconds, share of step time) of one peer, from its summary.json."""
+    components = json.loads((peer_dir / "summary.json").read_text())["components"]
+    data, step = components["data_seconds"]["total"], components["step_seconds"]["total"]
+    return data, data / step
+
+
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory):
+    if not image_exists("localhost/testbed-node:latest"):
+        pytest.fail("localhost/testbed-node:latest is missing: run `make image` first")
+    if podman("ps", "--quiet", "--filter", "label=testbed.cluster=local", check=False).stdout.strip():
+        pytest.fail(
+            "a local cluster is running already (another run?): `ansible-playbook playbooks/teardown.yml`"
+        )
+    results_root = tmp_path_factory.mktemp("results")
+    try:
+        runs = {storage: _run_experiment(results_root, storage) for storage in ("cephfs", "local")}
+        yield runs
+    finally:
+        ansible_playbook(REPO / "playbooks" / "teardown.yml", INVENTORY, timeout=300)
+
+
+@pytest.mark.parametrize("storage", ["cephfs", "local"])
+def test_experiment_records_its_storage_and_data_loading(experiments, storage: str) -> None:
+    results, _ = experiments[storage]
+    experiment = json.loads((results / "experiment.json").read_text())
+    assert experiment["complete"] is True, experiment.get("incomplete_reason")
+    record = experiment["storage"]
+    assert record["backend"] == storage
+    if storage == "cephfs":
+        assert record["source"].startswith("cephfs://client.testbed-ro@10.89.64.5/testfs/"), record
+        assert record["mount_options"].startswith("fuse.ceph-fuse ro,"), record
+    else:
+        assert record["source"] == "controller:/usr/share/datasets/fashion-mnist", record
+        assert "ceph" not in record["mount_options"], record
+    for peer in ("peer-01", "peer-02"):
+        with (results / peer / "steps.csv").open() as steps:
+            rows = list(csv.DictReader(steps))
+        assert rows, f"{peer} recorded no steps"
+        assert all(float(row["data_seconds"]) >= 0 for row in rows)
+        data, share = _data_share(results / peer)
+        assert data > 0 and 0 < share < 1
+
+
+def test_data_loading_share_cephfs_versus_local(experiments) -> None:
+    lines = ["", "storage  run_s  peer     data_s  share_of_step_time"]
+    for storage, (results, seconds) in experiments.items():
+        for peer in ("peer-01", "peer-02"):
+            data, share = _data_share(results / peer)
+            lines.append(f"{storage:7}  {seconds:5.0f}  {peer}  {data:6.2f}  {share:6.1%}")
+    print("\n".join(lines))
+    assert {"cephfs", "local"} == set(experiments)
