@@ -184,9 +184,11 @@ def failure_message(log: Path | None, limit: int = 300) -> str:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
     except OSError:
         return "no playbook output"
-    for line in reversed(lines):
-        if line.startswith(("fatal:", "ERROR!", "failed:")):
-            return line[:limit]
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith(("fatal:", "ERROR!", "failed:")):
+            # the yaml/default callbacks put the message on the lines after the fatal line
+            detail = " ".join(lines[index : index + 4])
+            return detail[:limit]
     return lines[-1][:limit] if lines else "no playbook output"
 
 

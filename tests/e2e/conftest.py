@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from e2e_support import NODE_IMAGE, environment, run_playbook
+from e2e_support import NODE_IMAGE, environment, extra_vars, run_playbook
 
 
 @pytest.fixture(scope="session")
@@ -14,5 +14,5 @@ def local_cluster():
     image = subprocess.run(["podman", "image", "exists", NODE_IMAGE], env=environment(), check=False)
     assert image.returncode == 0, f"{NODE_IMAGE} is missing: run `make image` first"
     yield
-    teardown = run_playbook("teardown.yml", timeout=300)
+    teardown = run_playbook("teardown.yml", *extra_vars(), timeout=300)
     assert teardown.returncode == 0, teardown.output[-3000:]

@@ -45,9 +45,18 @@ def run_playbook(playbook: str, *extra: str, timeout: float = 1200) -> PlaybookR
     return PlaybookRun(result.returncode, result.stdout)
 
 
+# The tests' own local cluster: its own container names, podman network and subnet, so that it never touches
+# the default cluster (testbed-<host> on 10.89.64.0/24) someone may be using at the same time.
+ISOLATED_CLUSTER = {
+    "testbed_container_prefix": "testbed-e2e-",
+    "testbed_network": "testbed-e2e",
+    "testbed_network_prefix": "10.89.66",
+}
+
+
 def extra_vars(**values: object) -> list[str]:
-    """``-e`` arguments as one JSON document (keeps types and lists intact)."""
-    return ["-e", json.dumps(values)]
+    """``-e`` arguments as one JSON document (keeps types and lists intact), on the tests' own cluster."""
+    return ["-e", json.dumps({**ISOLATED_CLUSTER, **values})]
 
 
 def free_port() -> int:

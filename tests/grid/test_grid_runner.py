@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.grid.conftest import REPO, STAND_IN, trainer, write_experiment_json
+from grid_support import REPO, STAND_IN, trainer, write_experiment_json
+
 from trainer.grid_spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"

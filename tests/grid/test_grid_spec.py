@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grid_support import REPO, trainer
 
-from tests.grid.conftest import REPO, trainer
 from trainer.config import _SAFE_ID
 from trainer.grid_spec import GridError, experiment_id, load_grid, parse_grid
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from grid_support import REPO
 
-from tests.grid.conftest import REPO
 from trainer.grid_vars import RUNNER_VARS, VAR_KINDS, VarError, check_var
 
 PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"

@@ -113,7 +113,7 @@ def test_both_peers_read_the_staged_bytes(cluster, source: Path) -> None:
 
 def test_restart_keeps_the_data_and_the_mounts(cluster, source: Path) -> None:
     """Restart every daemon at once (the memstore OSD saves on a clean stop and reloads): the staged bytes are
-    still there and the peers' ceph-fuse mounts reconnect. Prints the restart-to-active time."""
+    still there and the peers' ceph-fuse mounts reconnect. Prints the restart-to-mounted time."""
     cluster, _ = cluster
     daemons = "ceph-test@mon.a ceph-test@mgr.x ceph-test@osd.0 ceph-test@mds.a"
     cluster.shell(STORAGE, f"systemctl stop ceph-test-stage {daemons}", timeout=90)

@@ -7,14 +7,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
+from grid_support import REPO, trainer
 
-from tests.grid.conftest import REPO, trainer
 from trainer.grid_spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
@@ -29,9 +32,25 @@ pytestmark = [
 ]
 
 
+# This test's own local cluster (container names, podman network, subnet): it never touches the default
+# cluster (testbed-<host>) or another test's: a copy of inventories/local with these three values changed.
+PREFIX, NETWORK, SUBNET = "testbed-grid-", "testbed-grid", "10.89.67"
+
+
+def own_inventory(directory: Path) -> Path:
+    inventory = directory / "inventory"
+    shutil.copytree(REPO / "inventories" / "local", inventory)
+    cluster = inventory / "group_vars" / "all" / "cluster.yml"
+    settings = yaml.safe_load(cluster.read_text())
+    assert {"testbed_container_prefix", "testbed_network", "testbed_network_prefix"} <= set(settings)
+    settings.update(testbed_container_prefix=PREFIX, testbed_network=NETWORK, testbed_network_prefix=SUBNET)
+    cluster.write_text("---\n" + yaml.safe_dump(settings))
+    return inventory
+
+
 def local_cluster_containers() -> list[str]:
     listing = subprocess.run(
-        ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", "label=testbed.cluster=local"],
+        ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", f"label=testbed.cluster={PREFIX}"],
         capture_output=True,
         text=True,
         check=True,
@@ -44,7 +63,11 @@ def test_smoke_grid_interrupted_resumed_and_reported(tmp_path):
     ids = [run.experiment_id for run in load_grid(SMOKE).runs]
     status_file = results / "grid-smoke.status.json"
     env = {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf")}
-    command = [sys.executable, "-m", "trainer", "grid", str(SMOKE), "--results-dir", str(results)]
+    inventory = own_inventory(tmp_path)
+    command = [
+        *(sys.executable, "-m", "trainer", "grid", str(SMOKE)),
+        *("--results-dir", str(results), "--inventory", str(inventory)),
+    ]
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -10,9 +10,9 @@ import statistics
 from pathlib import Path
 
 import pytest
+from grid_support import RUN_SETTINGS as SETTINGS
+from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
-from tests.grid.conftest import RUN_SETTINGS as SETTINGS
-from tests.grid.conftest import TARGET, hivemind_pair, trainer, write_experiment_json
 from trainer.report import parse_bandwidth
 from trainer.report_metrics import bandwidth_bound, model_bytes
 
