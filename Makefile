@@ -16,8 +16,8 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq
 
 # `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; minutes on 2 cores.
-DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=60 -e batch_size=32 \
-	-e target_batch_size=1024 -e matchmaking_time=3 -e averaging_timeout=30 -e progress_interval=30
+DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
+	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30
 
 .PHONY: help setup apt venv image demo test lint pytest molecule clean
 

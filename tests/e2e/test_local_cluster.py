@@ -104,3 +104,19 @@ def test_baseline(tmp_path):
     summary = read_json(results / "baseline" / "summary.json")
     assert summary["exit_reason"] == "max_steps"
     assert summary["steps"] == FAST["max_steps"]
+
+
+def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
+    # A 1-second start barrier: the bootstrap peer gives up before the other peer has even started.
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 1}
+    settings["experiment_id"] = "e2e-incomplete"
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode != 0
+    assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
+    experiment = read_json(tmp_path / "e2e-incomplete" / "experiment.json")
+    assert experiment["complete"] is False
+    assert "peer-01" in experiment["incomplete_reason"]
+    assert "start_timeout" in experiment["incomplete_reason"], experiment["incomplete_reason"]
+    summary = read_json(tmp_path / "e2e-incomplete" / "peer-01" / "summary.json")
+    assert summary["exit_reason"] == "start_timeout"
+    assert summary["complete"] is False
