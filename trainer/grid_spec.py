@@ -89,7 +89,7 @@ def experiment_id(settings: dict[str, Any], repeat: int) -> str:
     """A readable, deterministic id: the main settings, a hash of all settings, and the repeat.
 
     >>> experiment_id({"strategy": "baseline", "peers": 1, "batch_size": 32, "learning_rate": 0.01}, 2)
-    'baseline-p1-bs32-lr0.01-6f0ceda4-r2'
+    'baseline-p1-bs32-lr0p01-6f0ceda4-r2'
     """
     canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
@@ -98,7 +98,9 @@ def experiment_id(settings: dict[str, Any], repeat: int) -> str:
     for key, label in labels.items():
         if key in settings:
             value = settings[key]
-            parts.append(f"{label}{value:g}" if isinstance(value, float) else f"{label}{value}")
+            # no '.': Hivemind refuses it in the run id it uses as its DHT prefix (0.01 -> 0p01)
+            text = f"{value:g}".replace(".", "p") if isinstance(value, float) else str(value)
+            parts.append(f"{label}{text}")
     if "local_updates" in settings:
         parts.append(f"lu{int(settings['local_updates'])}")
     return "-".join([*parts, digest, f"r{repeat}"])

@@ -156,6 +156,7 @@ def test_ids_are_deterministic_and_valid_for_the_playbook():
     assert [r.experiment_id for r in first.runs] == [r.experiment_id for r in second.runs]
     for run in first.runs:
         assert _SAFE_ID.match(run.experiment_id), run.experiment_id
+        assert "." not in run.experiment_id  # Hivemind refuses '.' in the run id (its DHT prefix)
         assert run.experiment_id == experiment_id(run.settings, run.repeat)
     # integral floats and ints are the same setting
     assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == experiment_id(

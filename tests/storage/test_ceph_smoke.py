@@ -118,8 +118,14 @@ def test_restart_keeps_the_data_and_the_mounts(cluster, source: Path) -> None:
     daemons = "ceph-test@mon.a ceph-test@mgr.x ceph-test@osd.0 ceph-test@mds.a"
     cluster.shell(STORAGE, f"systemctl stop ceph-test-stage {daemons}", timeout=90)
     started = time.monotonic()
-    # the staging unit is a ceph-fuse mount (Type=forking): it is up once the MDS serves the file system
-    cluster.shell(STORAGE, f"systemctl start {daemons} && systemctl start ceph-test-stage", timeout=120)
+    # the staging unit is a ceph-fuse mount (Type=forking): it starts once the MDS serves the file system
+    cluster.shell(
+        STORAGE,
+        f"systemctl start {daemons} && for i in $(seq 240); do "
+        "systemctl start ceph-test-stage 2>/dev/null && break; sleep 0.25; done; "
+        "mountpoint -q /var/lib/ceph-test/mnt",
+        timeout=120,
+    )
     print(f"\nTest Ceph restart (4 daemons) -> CephFS mounted again: {time.monotonic() - started:.1f} s")
     expected = _sha256_tree(source)
     for peer in (PEER_1, PEER_2):

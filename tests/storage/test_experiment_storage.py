@@ -16,27 +16,36 @@ from storage_support import REPO, ansible_playbook, image_exists, podman
 pytestmark = pytest.mark.slow
 
 SETTINGS = {
-    "peers": "2",
+    "peers": 2,
     "strategy": "hivemind",
     "model": "smallcnn",
     "dataset": "fashion-mnist",
-    "batch_size": "32",
-    "max_steps": "30",
-    "monitoring": "false",
+    "batch_size": 32,
+    "max_steps": 30,
+    "monitoring": False,
 }
 INVENTORY = REPO / "inventories" / "local"
+# This test's own local cluster (container names, network, subnet), so that it never touches the default one
+# (testbed-<host> on 10.89.64.0/24) or another test's.
+ISOLATED_CLUSTER = {
+    "testbed_container_prefix": "testbed-ceph-",
+    "testbed_network": "testbed-ceph",
+    "testbed_network_prefix": "10.89.72",
+}
 
 
 def _run_experiment(results_root: Path, storage: str) -> tuple[Path, float]:
     experiment_id = f"ceph-e2e-{storage}-{int(time.time())}"
     extra = {
+        **ISOLATED_CLUSTER,
         **SETTINGS,
         "dataset_storage": storage,
         "experiment_id": experiment_id,
         "results_root": str(results_root),
     }
-    args = [arg for key, value in extra.items() for arg in ("-e", f"{key}={value}")]
-    run = ansible_playbook(REPO / "playbooks" / "experiment.yml", INVENTORY, *args, timeout=1500)
+    run = ansible_playbook(
+        REPO / "playbooks" / "experiment.yml", INVENTORY, "-e", json.dumps(extra), timeout=1500
+    )
     assert run.returncode == 0, f"experiment.yml ({storage}) failed:\n{run.output[-6000:]}"
     return results_root / experiment_id, run.seconds
 
@@ -48,20 +57,24 @@ def _data_share(peer_dir: Path) -> tuple[float, float]:
     return data, data / step
 
 
+def _teardown() -> None:
+    ansible_playbook(
+        REPO / "playbooks" / "teardown.yml", INVENTORY, "-e", json.dumps(ISOLATED_CLUSTER), timeout=300
+    )
+
+
 @pytest.fixture(scope="module")
 def experiments(tmp_path_factory):
     if not image_exists("localhost/testbed-node:latest"):
         pytest.fail("localhost/testbed-node:latest is missing: run `make image` first")
-    if podman("ps", "--quiet", "--filter", "label=testbed.cluster=local", check=False).stdout.strip():
-        pytest.fail(
-            "a local cluster is running already (another run?): `ansible-playbook playbooks/teardown.yml`"
-        )
+    _teardown()  # a cluster left by an interrupted earlier run
     results_root = tmp_path_factory.mktemp("results")
     try:
-        runs = {storage: _run_experiment(results_root, storage) for storage in ("cephfs", "local")}
-        yield runs
+        yield {storage: _run_experiment(results_root, storage) for storage in ("cephfs", "local")}
     finally:
-        ansible_playbook(REPO / "playbooks" / "teardown.yml", INVENTORY, timeout=300)
+        _teardown()
+        left = podman("ps", "--all", "--quiet", "--filter", "name=testbed-ceph-", check=False).stdout.strip()
+        assert not left, "the isolated cluster's containers are still there"
 
 
 @pytest.mark.parametrize("storage", ["cephfs", "local"])
@@ -72,7 +85,7 @@ def test_experiment_records_its_storage_and_data_loading(experiments, storage: s
     record = experiment["storage"]
     assert record["backend"] == storage
     if storage == "cephfs":
-        assert record["source"].startswith("cephfs://client.testbed-ro@10.89.64.5/testfs/"), record
+        assert record["source"].startswith("cephfs://client.testbed-ro@10.89.72.5/testfs/"), record
         assert record["mount_options"].startswith("fuse.ceph-fuse ro,"), record
     else:
         assert record["source"] == "controller:/usr/share/datasets/fashion-mnist", record
