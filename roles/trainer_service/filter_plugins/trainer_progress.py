@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_REPORTED_COLUMNS = ("step", "hivemind_epoch", "loss", "peers")
+# steps.csv column -> label in the progress line
+_REPORTED_COLUMNS = {"step": "step", "hivemind_epoch": "epoch", "loss": "loss", "peers": "peers"}
 
 
 def testbed_unit_state(lines: list[str]) -> dict[str, Any]:
@@ -31,7 +32,13 @@ def testbed_unit_state(lines: list[str]) -> dict[str, Any]:
 
 
 def testbed_progress_line(host: Any) -> str:
-    """``peer-01  active  step 120  hivemind_epoch 3  loss 1.23  peers 4`` for one host's hostvars."""
+    """``peer-01  active  step 120  epoch 3  loss 1.2300  peers 4`` for one host's hostvars.
+
+    >>> host = {"inventory_hostname": "peer-01", "_trainer_service_state": {"ActiveState": "active",
+    ...         "last_step": {"step": "120", "hivemind_epoch": "3", "loss": "1.23", "peers": "4"}}}
+    >>> testbed_progress_line(host)
+    'peer-01  active   step 120  epoch 3  loss 1.2300  peers 4'
+    """
     name = host["inventory_hostname"]
     state = host.get("_trainer_service_state") or {}
     active = state.get("ActiveState", "unknown")
@@ -39,14 +46,14 @@ def testbed_progress_line(host: Any) -> str:
         active = f"{active} ({state.get('Result')}, exit {state.get('ExecMainStatus', '?')})"
     row = state.get("last_step") or {}
     if not row:
-        return f"{name:<10} {active:<24} no step yet (start-up or start barrier)"
+        return f"{name:<8} {active:<8} no step yet (start-up or start barrier)"
     parts = []
-    for column in _REPORTED_COLUMNS:
+    for column, label in _REPORTED_COLUMNS.items():
         value = row.get(column, "")
         if column == "loss" and value:
             value = f"{float(value):.4f}"
-        parts.append(f"{column} {value}")
-    return f"{name:<10} {active:<24} " + "  ".join(parts)
+        parts.append(f"{label} {value}")
+    return f"{name:<8} {active:<8} " + "  ".join(parts)
 
 
 def testbed_run_problem(outcome: dict[str, Any], summary: dict[str, Any] | None, timeout: Any = None) -> str:
