@@ -48,5 +48,7 @@ def test_molecule_scenario(role: str) -> None:
         timeout=1200,
         check=False,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"molecule test failed for {role}:\n{output[-6000:]}"
+    # Ansible's output (the failing task) is on stdout, Molecule's own log on stderr: show the end of both.
+    assert result.returncode == 0, (
+        f"molecule test failed for {role}:\n{result.stdout[-10000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
+    )
