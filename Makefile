@@ -19,14 +19,22 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30
 
-.PHONY: help setup apt venv image demo test lint pytest molecule clean
+.PHONY: help setup apt cgroups venv image demo test lint pytest molecule clean
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
 	@echo "make test   lint (ruff, yamllint, ansible-lint, terraform fmt) and every test (pytest tests/)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 
-setup: apt venv image infra-setup
+setup: apt cgroups venv image infra-setup
+
+# crun refuses hybrid cgroups when the hugetlb controller sits in the v2 hierarchy (seen on this machine kind):
+# give it its own v1 hierarchy, as the other controllers have. Does nothing where that is already so.
+cgroups:
+	if ! grep -q ' /sys/fs/cgroup/hugetlb cgroup ' /proc/mounts \
+	  && grep -qw hugetlb /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then \
+	  mkdir -p /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb; \
+	fi
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${db:Status-Status}\n' $$p 2>/dev/null \

@@ -1,4 +1,4 @@
-"""Grafana's rendered configuration and provisioning (the package itself is skipped offline: grafana_install=false).
+"""Grafana's rendered configuration and provisioning (the package is skipped offline: grafana_install=false).
 
 What a Grafana install would read: grafana.ini (listen address, admin account, anonymous off), the Prometheus
 datasource, the dashboard provider and every dashboard of the repository's dashboards/ directory.
@@ -40,7 +40,9 @@ def test_grafana_ini(host, address):
 
 
 def test_datasource(host, address):
-    provisioned = yaml.safe_load(host.file("/etc/grafana/provisioning/datasources/testbed.yml").content_string)
+    provisioned = yaml.safe_load(
+        host.file("/etc/grafana/provisioning/datasources/testbed.yml").content_string
+    )
     (datasource,) = provisioned["datasources"]
     assert datasource["type"] == "prometheus"
     assert datasource["uid"] == "testbed-prometheus"

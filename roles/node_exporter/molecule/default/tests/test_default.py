@@ -16,7 +16,7 @@ def test_package_installed(host):
 
 def test_args_bind_to_cluster_address(host, address):
     args = host.file("/etc/default/prometheus-node-exporter").content_string
-    assert f'--web.listen-address={address}:{PORT}' in args
+    assert f"--web.listen-address={address}:{PORT}" in args
 
 
 def test_service_running(host):
