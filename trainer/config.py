@@ -237,6 +237,9 @@ class RunConfig:
         for name, value in (("run_id", self.run_id), ("peer_id", self.peer_id)):
             if value is not None and not _SAFE_ID.match(value):
                 raise ConfigError("use letters, digits, '.', '_' and '-' only", name, value)
+        if "." in self.run_id:
+            # Hivemind uses the run id as its DHT key prefix and refuses dots there.
+            raise ConfigError("no '.' in a run id (a Hivemind DHT prefix): e.g. lr0p01", "run_id", self.run_id)
         _at_least("target_batch_size", self.target_batch_size, 1)
         _at_least("expected_peers", self.expected_peers, 1)
         for name in ("matchmaking_time", "averaging_timeout", "start_timeout"):

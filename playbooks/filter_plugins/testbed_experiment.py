@@ -17,7 +17,8 @@ MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
 # Locally the study's 16 vCPUs are shared out among the peers (docs/architecture.md).
 LOCAL_VCPU_BUDGET = 16

@@ -94,6 +94,7 @@ BAD_INPUTS = [
     (["--expected-peers", "0"], "expected_peers=0"),
     (["--start-timeout", "0"], "start_timeout=0"),
     (["--peer-id", "a b"], "peer_id=a b"),
+    (["--run-id", "lr0.01"], "run_id=lr0.01"),
     (["--metrics-port", "70000"], "metrics_port=70000"),
 ]
 
