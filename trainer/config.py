@@ -239,7 +239,7 @@ class RunConfig:
                 raise ConfigError("use letters, digits, '.', '_' and '-' only", name, value)
         if "." in self.run_id:
             # Hivemind uses the run id as its DHT key prefix and refuses dots there.
-            raise ConfigError("no '.' in a run id (a Hivemind DHT prefix): e.g. lr0p01", "run_id", self.run_id)
+            raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
         _at_least("target_batch_size", self.target_batch_size, 1)
         _at_least("expected_peers", self.expected_peers, 1)
         for name in ("matchmaking_time", "averaging_timeout", "start_timeout"):
