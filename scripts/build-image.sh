@@ -15,7 +15,14 @@ base_image=localhost/testbed-base:bookworm
 node_image=localhost/testbed-node:latest
 build_container=testbed-image-build
 rootfs=${TESTBED_ROOTFS:-/var/tmp/testbed-rootfs}
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror the host's own apt uses (deb822 .sources or a classic sources.list), unless DEBIAN_MIRROR says.
+host_mirror() {
+  { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
+    awk '$1 == "deb" {print $2}' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+  } | grep -v -- '-security' | head -n 1
+}
+mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+[ -n "$mirror" ] || { echo "[build-image] no Debian mirror in the host's apt sources: set DEBIAN_MIRROR" >&2; exit 2; }
 # Debian packages baked into the node image so that runs do not apt-install them in every container.
 node_packages=(python3-venv python3-pip fuse3 ceph-fuse ceph-common ceph-mon ceph-mgr ceph-osd ceph-mds
   prometheus prometheus-node-exporter nfs-common)

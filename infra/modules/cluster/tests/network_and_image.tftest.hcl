@@ -80,7 +80,7 @@ run "existing_network_and_imported_image" {
     create_network      = false
     network_id          = 12
     os_image_id         = null
-    os_image_path       = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
+    os_image_path       = "https://images.example.org/debian-12-genericcloud-amd64.qcow2"
     os_disk_size_mb     = 20480
     system_datastore_id = 100
     tags                = { project = "hivemind-study" }
@@ -91,7 +91,7 @@ run "existing_network_and_imported_image" {
     error_message = "With create_network = false no network may be created."
   }
   assert {
-    condition     = opennebula_image.os[0].datastore_id == 101 && opennebula_image.os[0].path == "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2" && opennebula_image.os[0].persistent == false
+    condition     = opennebula_image.os[0].datastore_id == 101 && opennebula_image.os[0].path == "https://images.example.org/debian-12-genericcloud-amd64.qcow2" && opennebula_image.os[0].persistent == false
     error_message = "The image must be imported, non-persistent, into the Ceph image datastore 101."
   }
   assert {
