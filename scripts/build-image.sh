@@ -19,7 +19,7 @@ rootfs=${TESTBED_ROOTFS:-/var/tmp/testbed-rootfs}
 host_mirror() {
   { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
     awk '$1 == "deb" {print $2}' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
-  } | grep -v -- '-security' | head -n 1
+  } | grep -v -- '-security' | head -n 1 || true   # missing files are fine: the first mirror found counts
 }
 mirror=${DEBIAN_MIRROR:-$(host_mirror)}
 [ -n "$mirror" ] || { echo "[build-image] no Debian mirror in the host's apt sources: set DEBIAN_MIRROR" >&2; exit 2; }
