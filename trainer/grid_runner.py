@@ -63,6 +63,7 @@ class Playbooks:
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
         # ansible-playbook must come from the same environment as this process (the venv), activated or not
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        cancel_callback = _GracefulCancel(cancel)
         try:
             runner = ansible_runner.run(
                 private_data_dir=str(self.artifacts_dir),
@@ -73,7 +74,7 @@ class Playbooks:
                 ident=ident,
                 envvars={"PATH": path, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
                 quiet=True,
-                cancel_callback=_GracefulCancel(cancel),
+                cancel_callback=cancel_callback,
                 event_handler=self._event,
                 suppress_env_files=True,
                 settings={"pexpect_timeout": 1},
@@ -81,6 +82,8 @@ class Playbooks:
         except Exception as error:  # ansible-runner's own failures: record them as a failed run
             logger.debug("ansible-runner failed", exc_info=True)
             return PlaybookResult(status="error", rc=None, log=None, error=f"ansible-runner: {error}")
+        finally:
+            cancel_callback.stop_leftovers()
         log = self.artifacts_dir / "artifacts" / ident / "stdout"
         return PlaybookResult(status=runner.status, rc=runner.rc, log=log if log.exists() else None)
 
@@ -96,37 +99,67 @@ class _GracefulCancel:
 
     ansible-runner cancels by SIGKILL to the playbook's process group, but ansible's workers run in their own
     sessions and survive that. SIGINT to ansible-playbook is forwarded to its workers, so it goes first; after
-    `grace` seconds the callback returns True and ansible-runner kills what is left.
+    `grace` seconds the callback returns True and ansible-runner kills what is left. A task's own processes
+    (a module's command) can outlive both: the processes below ansible-playbook when it was interrupted get a
+    SIGTERM once the playbook has returned (``stop_leftovers``).
     """
 
     def __init__(self, requested: Callable[[], bool], grace: float = 30.0) -> None:
         self.requested = requested
         self.grace = grace
         self.interrupted_at: float | None = None
+        self._below_playbook: dict[int, str] = {}  # pid -> start time, when interrupted
 
     def __call__(self) -> bool:
         if not self.requested():
             return False
         if self.interrupted_at is None:
             self.interrupted_at = time.monotonic()
-            for pid in _child_pids():
+            parents = _parent_pids()
+            children = [pid for pid, parent in parents.items() if parent == os.getpid()]
+            self._below_playbook = {
+                pid: started
+                for pid in _descendants(children, parents)
+                if (started := _start_time(pid)) is not None
+            }
+            for pid in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
             return False
         return time.monotonic() - self.interrupted_at > self.grace
 
+    def stop_leftovers(self) -> None:
+        """SIGTERM to each process that was below the interrupted playbook and still runs (same start)."""
+        for pid, started in self._below_playbook.items():
+            if _start_time(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
 
-def _child_pids() -> list[int]:
-    """Direct children of this process (ansible-runner's pexpect child is ansible-playbook)."""
-    children = []
+
+def _parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process (from /proc)."""
+    parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid():
-            children.append(int(stat.parent.name))
-    return children
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _descendants(roots: list[int], parents: dict[int, int]) -> list[int]:
+    """`roots` and every process below them."""
+    found, frontier = list(roots), list(roots)
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend(frontier)
+    return found
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot): tells a live process from a reused pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class _StopRequest:

@@ -27,6 +27,7 @@ waited) is counted in ``rounds_cancelled`` and not written as a row.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import inspect
@@ -35,6 +36,7 @@ import multiprocessing
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -470,7 +472,7 @@ def _define_optimizer_class() -> type:
             self._state_averager_class = state_averager_class
             self.step_averaging_seconds = 0.0
             self.counting = True  # False while finishing: waits then are not a training step's
-            self._in_epoch_update = False
+            self._wait_depth = 0  # nested waits (e.g. inside the epoch update) are counted once
             self._parameter_round: int | None = None
             #: the collective stop epoch once known (set by the strategy); see _others_finished_without_us
             self.stop_epoch: int | None = None
@@ -496,22 +498,25 @@ def _define_optimizer_class() -> type:
                 **kwargs,
             )
 
-        def _blocked(self, seconds: float) -> None:
-            if self.counting and not self._in_epoch_update:
-                self.step_averaging_seconds += seconds
+        @contextlib.contextmanager
+        def _waiting(self) -> Iterator[None]:
+            """Time a wait on averaging into step_averaging_seconds; a wait inside another is counted once."""
+            self._wait_depth += 1
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._wait_depth -= 1
+                if self._wait_depth == 0 and self.counting:
+                    self.step_averaging_seconds += time.perf_counter() - started
 
         def _update_global_epoch(self, grad_scaler: Any) -> None:
             if self._others_finished_without_us():
                 self.release_scheduled_rounds()
                 self.skipped_final_round = True
                 return None
-            started = time.perf_counter()
-            self._in_epoch_update = True
-            try:
+            with self._waiting():
                 return super()._update_global_epoch(grad_scaler)
-            finally:
-                self._in_epoch_update = False
-                self._blocked(time.perf_counter() - started)
 
         def _others_finished_without_us(self) -> bool:
             """A lagging peer's last gradient round would find nobody: the others passed the stop epoch.
@@ -545,11 +550,8 @@ def _define_optimizer_class() -> type:
                     self.collector.mark_finished(uid)
 
         def load_state_from_peers(self, **kwargs: Any) -> None:
-            started = time.perf_counter()
-            try:
+            with self._waiting():
                 return super().load_state_from_peers(**kwargs)
-            finally:
-                self._blocked(time.perf_counter() - started)
 
         def _instrument_state_averager(self) -> None:
             averager = self.state_averager
@@ -610,11 +612,10 @@ def _define_optimizer_class() -> type:
                 uid = self._parameter_round
                 if waits and pending and uid is not None:
                     started = time.perf_counter()
-                    concurrent.futures.wait(pending, timeout=self.averaging_timeout)
-                    seconds = time.perf_counter() - started
+                    with self._waiting():
+                        concurrent.futures.wait(pending, timeout=self.averaging_timeout)
                     if self.counting:
-                        self.collector.add_blocking(uid, seconds)
-                    self._blocked(seconds)
+                        self.collector.add_blocking(uid, time.perf_counter() - started)
                 return original_step(**kwargs)
 
             averager._do = timed_do  # the step executor looks _do up on the instance

@@ -12,9 +12,9 @@ from grid_support import RUN_SETTINGS, TARGET, baseline_run, write_experiment_js
 def baseline_results(tmp_path_factory) -> Path:
     """Real short baseline runs laid out as the playbook does: 2 repeats of one setting, 1 at another LR."""
     results = tmp_path_factory.mktemp("results")
-    for name, lr in (("base-lr0.01-r1", 0.01), ("base-lr0.01-r2", 0.01), ("base-lr0.002-r1", 0.002)):
+    for name, lr in (("base-lr0p01-r1", 0.01), ("base-lr0p01-r2", 0.01), ("base-lr0p002-r1", 0.002)):
         # the first repeat also measures its time to TARGET in the trainer (and stops there)
-        target = TARGET if name == "base-lr0.01-r1" else None
+        target = TARGET if name == "base-lr0p01-r1" else None
         baseline_run(results / name / "baseline", run_id=name, learning_rate=lr, steps=60, target=target)
         settings = {**RUN_SETTINGS, "learning_rate": lr, "max_steps": 60}
         write_experiment_json(results / name, strategy="baseline", peers=1, settings=settings, complete=True)

@@ -65,14 +65,14 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
         assert f"`{name}.csv`" in report
 
     # numbers by hand from the raw steps.csv
-    steps = read_csv(baseline_results / "base-lr0.01-r1" / "baseline" / "steps.csv")
-    breakdown = rows_by_id(out / "breakdown.csv")["base-lr0.01-r1"]
+    steps = read_csv(baseline_results / "base-lr0p01-r1" / "baseline" / "steps.csv")
+    breakdown = rows_by_id(out / "breakdown.csv")["base-lr0p01-r1"]
     data = [float(row["data_seconds"]) for row in steps]
     step = [float(row["step_seconds"]) for row in steps]
     assert float(breakdown["data_ms"]) == pytest.approx(1000 * statistics.mean(data), rel=1e-6)
     assert float(breakdown["data_share"]) == pytest.approx(sum(data) / sum(step), rel=1e-6)
     assert float(breakdown["averaging_share"]) == 0.0
-    experiment = rows_by_id(out / "experiments.csv")["base-lr0.01-r1"]
+    experiment = rows_by_id(out / "experiments.csv")["base-lr0p01-r1"]
     samples = sum(int(row["samples"]) for row in steps)
     assert int(experiment["samples"]) == samples == len(steps) * 16
     assert float(experiment["samples_per_second"]) == pytest.approx(
@@ -82,7 +82,7 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     assert by_hand is not None, "the baseline should reach the target loss"
     assert float(experiment["time_to_target_seconds"]) == pytest.approx(by_hand)
     # the trainer measured the same while running (trainer/stats.py): the two implementations agree
-    summary = json.loads((baseline_results / "base-lr0.01-r1" / "baseline" / "summary.json").read_text())
+    summary = json.loads((baseline_results / "base-lr0p01-r1" / "baseline" / "summary.json").read_text())
     assert summary["time_to_target_loss_seconds"] == pytest.approx(by_hand, abs=1e-6)
 
     effects = [
@@ -98,10 +98,10 @@ def test_default_target_is_the_baselines_worst_final_loss(baseline_results, tmp_
     assert completed.returncode == 0, completed.stderr
     rows = rows_by_id(tmp_path / "experiments.csv")
     finals = []  # r1 stopped at TARGET, r2 ran its 60 steps
-    for name in ("base-lr0.01-r1", "base-lr0.01-r2"):
+    for name in ("base-lr0p01-r1", "base-lr0p01-r2"):
         losses = [float(r["loss"]) for r in read_csv(baseline_results / name / "baseline" / "steps.csv")]
         finals.append(statistics.mean(losses[-10:]))
-    for name in ("base-lr0.01-r1", "base-lr0.01-r2"):
+    for name in ("base-lr0p01-r1", "base-lr0p01-r2"):
         assert float(rows[name]["target_loss"]) == pytest.approx(max(finals))
         assert rows[name]["time_to_target_seconds"] != ""  # every repeat reaches it
 
@@ -171,7 +171,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         return smoothed_time_to_target(steps, target, window=10 * len(peers))
 
     base = statistics.median(
-        t for t in (time_to(results / n, ["baseline"]) for n in ("base-lr0.01-r1", "base-lr0.01-r2")) if t
+        t for t in (time_to(results / n, ["baseline"]) for n in ("base-lr0p01-r1", "base-lr0p01-r2")) if t
     )
     mine = time_to(hivemind, ["peer-01", "peer-02"])
     speed = rows_by_id(out / "time_to_target.csv")["hm-2p-r1"]
@@ -196,7 +196,7 @@ def test_results_without_experiment_json_are_read_from_config_json(baseline_resu
     """Plain `trainer run` results (no playbook) are reported with the settings the trainer recorded."""
     from trainer.report_data import load_experiments
 
-    shutil.copytree(baseline_results / "base-lr0.002-r1" / "baseline", tmp_path / "plain" / "baseline")
+    shutil.copytree(baseline_results / "base-lr0p002-r1" / "baseline", tmp_path / "plain" / "baseline")
     (tmp_path / "not-a-run").mkdir()
     [experiment] = load_experiments(tmp_path)
     assert experiment.experiment_id == "plain"

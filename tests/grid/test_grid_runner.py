@@ -86,8 +86,8 @@ def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_i
     results = tmp_path / "results"
     done, partial = SMOKE_IDS[0], SMOKE_IDS[1]
     for experiment_id, complete, source in (
-        (done, True, "base-lr0.01-r2"),
-        (partial, False, "base-lr0.002-r1"),
+        (done, True, "base-lr0p01-r2"),
+        (partial, False, "base-lr0p002-r1"),
     ):
         shutil.copytree(baseline_results / source / "baseline", results / experiment_id / "baseline")
         write_experiment_json(

@@ -181,6 +181,12 @@ def epoch_boundaries(steps: list[dict]) -> list[dict]:
     ]
 
 
+def assert_averaging_within_optimizer(steps: list[dict]) -> None:
+    """A step's averaging wait is part of its optimizer time (a wait inside another counted once)."""
+    over = [r for r in steps if r["averaging_seconds"] > r["optimizer_seconds"] + 1e-6]
+    assert not over, [(r["step"], r["optimizer_seconds"], r["averaging_seconds"]) for r in over[:5]]
+
+
 def first_step_start(steps: list[dict]) -> float:
     return steps[0]["timestamp"] - steps[0]["step_seconds"]
 
@@ -214,6 +220,7 @@ def test_two_peers_average_and_agree(peers, local_updates):
         assert boundaries and max(r["averaging_seconds"] for r in boundaries) > 0, (
             "no step blocked on averaging"
         )
+        assert_averaging_within_optimizer(steps)
     assert {s["strategy_details"]["stop_requested_by"] for s in summaries} <= {"peer-01", "peer-02"}
     # both applied the same last parameter-averaging round: same parameters
     details = [s["strategy_details"] for s in summaries]
@@ -277,6 +284,7 @@ def test_peers_of_different_speeds_finish_together(peers):
         assert rounds, f"{peer.name} took part in no averaging round"
         assert not [r for r in rounds if r["outcome"] == "timeout"], rounds
         assert rounds[-1]["outcome"] == "ok", rounds[-3:]
+        assert_averaging_within_optimizer(read_steps(peer.results))
     compute = {
         peer.name: median(r["compute_seconds"] for r in read_steps(peer.results)) for peer in (fast, slow)
     }
