@@ -511,6 +511,8 @@ def _define_optimizer_class() -> type:
                     self.step_averaging_seconds += time.perf_counter() - started
 
         def _update_global_epoch(self, grad_scaler: Any) -> None:
+            if self.stop_epoch is not None and self.local_epoch >= self.stop_epoch:
+                return None  # heard of the stop during this step: no round past the stop epoch
             if self._others_finished_without_us():
                 self.release_scheduled_rounds()
                 self.skipped_final_round = True

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_support import extra_vars, free_port, read_json, run_playbook
+from e2e_support import ISOLATED_CLUSTER, environment, extra_vars, free_port, read_json, run_playbook
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
 
@@ -56,6 +60,21 @@ def _check_averaging(results: Path, peers: list[str]) -> list[str]:
     return trailing
 
 
+def _prometheus(port: int, query: str, at: float) -> dict[str, float]:
+    """An instant PromQL query against the monitor's published Prometheus: {peer label: value}."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query, "time": at})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        result = json.loads(response.read())["data"]["result"]
+    return {series["metric"].get("peer", ""): float(series["value"][1]) for series in result}
+
+
+def _on_monitor(*command: str) -> str:
+    monitor = f"{ISOLATED_CLUSTER['testbed_container_prefix']}monitor"
+    return subprocess.run(
+        ["podman", "exec", monitor, *command], env=environment(), capture_output=True, text=True, check=True
+    ).stdout
+
+
 def test_two_peers_then_a_second_run_is_refused(tmp_path):
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "experiment_id": "e2e-two"}
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
@@ -74,6 +93,7 @@ def test_two_peers_then_a_second_run_is_refused(tmp_path):
 
 
 def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
+    prometheus_port = free_port()
     settings = {
         **FAST,
         "peers": 4,
@@ -81,15 +101,33 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
         "dataset_storage": "cephfs",
         "monitoring": True,
         "experiment_id": "e2e-four",
-        "testbed_monitor_publish": [f"127.0.0.1:{free_port()}:9090", f"127.0.0.1:{free_port()}:3000"],
+        "testbed_monitor_publish": [f"127.0.0.1:{prometheus_port}:9090", f"127.0.0.1:{free_port()}:3000"],
     }
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     assert run.returncode == 0, run.output[-8000:]
     results = tmp_path / "e2e-four"
     peers = ["peer-01", "peer-02", "peer-03", "peer-04"]
     experiment = _check_complete(results, peers, "hivemind")
-    assert experiment["storage"]["backend"] == "cephfs"
+    storage = experiment["storage"]
+    assert storage["backend"] == "cephfs"
+    assert storage["source"].startswith("cephfs://client.testbed-ro@10.89.66.5/testfs/"), storage
+    assert storage["fstype"] == "fuse.ceph-fuse" and storage["mount_options"].startswith("ro,"), storage
     assert experiment["settings"]["data_root"] == "/mnt/datasets/fashion-mnist"
+    assert f"Prometheus: http://127.0.0.1:{prometheus_port}" in run.output
+
+    # Issue 4: Prometheus (still up after the run) scraped every peer's exporter while that peer trained, and
+    # has its steps; the dashboards and the datasource are provisioned on the monitor.
+    for peer in peers:
+        steps = _rows(results / peer / "steps.csv")
+        middle = (float(steps[0]["timestamp"]) + float(steps[-1]["timestamp"])) / 2
+        assert _prometheus(prometheus_port, f'up{{job="trainer",peer="{peer}"}}', middle) == {peer: 1.0}
+        scraped = _prometheus(prometheus_port, f'trainer_steps_total{{peer="{peer}"}}', middle)
+        assert scraped and 0 < scraped[peer] <= len(steps), (peer, scraped)
+        nodes = _prometheus(prometheus_port, f'up{{job="node",host="{peer}"}}', middle)
+        assert list(nodes.values()) == [1.0], (peer, nodes)
+    dashboards = _on_monitor("ls", "/var/lib/grafana/dashboards/testbed").split()
+    assert {"experiment.json", "hosts.json"} <= set(dashboards), dashboards
+    assert "prometheus" in _on_monitor("cat", "/etc/grafana/provisioning/datasources/testbed.yml").lower()
     trailing = _check_averaging(results, peers)
     # Issue 7: the start barrier lines up every peer's first step.
     first_steps = [float(_rows(results / peer / "steps.csv")[0]["timestamp"]) for peer in peers]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import signal
 import time
@@ -49,6 +50,9 @@ JOIN_RETRY_SECONDS = 60.0
 PARAMETER_SAMPLES = 32
 #: seconds between progress reads while the tracker has not found other peers (hivemind's default: 3)
 TRACKER_REFRESH_ALONE = 0.5
+#: steps every peer may take before it has read a stop request from the DHT (reads overlap steps); the stop
+#: epoch is the first epoch boundary at least this many steps away, so no peer passes it unaware
+STOP_NOTICE_STEPS = 3
 
 
 class HivemindStrategy:
@@ -187,12 +191,27 @@ class HivemindStrategy:
             return
         optimizer, config = self._ready(), self.config
         self._own_reason = reason
-        epoch = max(optimizer.local_epoch, optimizer.tracker.global_epoch) + 1
+        margin = self._stop_margin()
+        epoch = max(optimizer.local_epoch, optimizer.tracker.global_epoch) + margin
         last_epoch = self._epoch_log[-1]["seconds"] if self._epoch_log else config.averaging_timeout
         self._own_deadline = (
-            time.monotonic() + 2 * last_epoch + config.matchmaking_time + config.averaging_timeout
+            time.monotonic() + (margin + 1) * last_epoch + config.matchmaking_time + config.averaging_timeout
         )
         self.coordinator.request_stop(epoch, reason)
+
+    def _stop_margin(self) -> int:
+        """Epochs from now to the stop: the first boundary at least STOP_NOTICE_STEPS steps away.
+
+        Normally the next one; more when epochs are short (with local updates, peers can fall into one
+        epoch per step) or the current epoch is nearly over.
+        """
+        config = self.config
+        if self._epoch_log:
+            steps_per_epoch = max(1, self._epoch_log[-1]["steps"])
+        else:
+            steps_per_epoch = max(1, config.target_batch_size // (config.batch_size * config.expected_peers))
+        left_in_epoch = max(0, steps_per_epoch - (self._steps - self._epoch_started_step))
+        return 1 + math.ceil(max(0, STOP_NOTICE_STEPS - left_in_epoch) / steps_per_epoch)
 
     def stop_reason(self) -> str | None:
         if self._stop_reason is not None:
