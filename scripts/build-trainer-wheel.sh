@@ -7,11 +7,15 @@ src=$(cd "${1:?source dir}" && pwd)
 out=${2:?output dir}
 python=${PYTHON:-$src/.venv/bin/python}
 [ -x "$python" ] || python=python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml trainer | tar -C "$work" -xf -
 mkdir -p "$out"
-rm -f "$out"/testbed_trainer-*.whl
+work=$(mktemp -d)
+staged=$(mktemp -d "$out/.build.XXXXXX") # on out's file system: the wheel appears there by an atomic rename
+trap 'rm -rf "$work" "$staged"' EXIT
+tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml trainer | tar -C "$work" -xf -
 SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --no-deps --no-build-isolation \
-  --wheel-dir "$out" "$work" >&2
-ls "$out"/testbed_trainer-*.whl
+  --wheel-dir "$staged" "$work" >&2
+wheel=$(basename "$staged"/testbed_trainer-*.whl)
+# concurrent builds (parallel Molecule scenarios) never see a missing or half-written wheel
+mv -f "$staged/$wheel" "$out/$wheel"
+find "$out" -maxdepth 1 -name 'testbed_trainer-*.whl' ! -name "$wheel" -delete
+echo "$out/$wheel"

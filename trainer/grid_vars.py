@@ -47,6 +47,7 @@ VAR_KINDS: dict[str, Any] = {
     "run_timeout": "int",
     "progress_interval": "int",
     "monitoring": "bool",
+    "measure_bandwidth": "bool",
 }
 PLAYBOOK_VARS = tuple(VAR_KINDS)
 

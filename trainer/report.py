@@ -125,6 +125,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         f"![breakdown]({breakdown.name})",
         "",
         _section(analysis, "breakdown", heading=False),
+        _section(analysis, "epoch_phases"),
         "## Averaging time per round",
         "",
         f"![averaging]({averaging.name})",

@@ -53,6 +53,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)
     analysis.tables["breakdown"] = _breakdown(experiments)
+    analysis.tables["epoch_phases"] = _epoch_phases(experiments)
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
     return analysis
@@ -175,6 +176,34 @@ def _breakdown(experiments: list[Experiment]) -> Table:
     )
     rows = [breakdown_row(e) for e in experiments]
     return _table("breakdown", "Step-time breakdown (mean per step over all peers)", rows, columns)
+
+
+def epoch_phase_rows(e: Experiment) -> list[dict[str, Any]]:
+    """A Hivemind run's steps (all peers) in three phases by their Hivemind epoch: the first epoch, the middle
+    ones and the last two. Per-step means (ms) show whether the run's edges (start, finish) distort it."""
+    steps = [row for peer in e.peers for row in peer.steps if row.get("hivemind_epoch") is not None]
+    epochs = sorted({int(row["hivemind_epoch"]) for row in steps})
+    if e.is_baseline or len(epochs) < 4:
+        return []
+    phases = {"first": epochs[:1], "middle": epochs[1:-2], "last two": epochs[-2:]}
+    rows = []
+    for phase, members in phases.items():
+        chosen = [row for row in steps if int(row["hivemind_epoch"]) in members]
+        row: dict[str, Any] = {"experiment_id": e.experiment_id, "phase": phase}
+        row.update(epochs=f"{members[0]}-{members[-1]}", steps=len(chosen))
+        for column in ("step", "data", "compute", "optimizer", "averaging"):
+            name = "data_seconds" if column == "data" else f"{column}_seconds"
+            row[f"{column}_ms"] = 1000 * total(chosen, name) / len(chosen) if chosen else None
+        rows.append(row)
+    return rows
+
+
+def _epoch_phases(experiments: list[Experiment]) -> Table:
+    columns = ("experiment_id", "phase", "epochs", "steps", "step_ms", "data_ms", "compute_ms")
+    columns += ("optimizer_ms", "averaging_ms")
+    rows = [row for e in experiments for row in epoch_phase_rows(e)]
+    title = "Run edges: first epoch, middle epochs, last two epochs (mean per step over all peers)"
+    return _table("epoch_phases", title, rows, columns)
 
 
 def _averaging(analysis: Analysis) -> Table:

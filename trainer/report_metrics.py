@@ -14,6 +14,9 @@ Definitions (also printed in report.md):
 - **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the
   optimizer's own time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares
   of the summed step time.
+- **run edges** (Hivemind): the steps of all peers grouped by their Hivemind epoch into the first epoch,
+  the middle epochs and the last two; per-step means of each phase (start-up or shutdown artefacts show
+  as edges unlike the middle).
 - **averaging bound**: 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes.
 """
 

@@ -51,6 +51,7 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "run_timeout": ("int", 3600),
     "progress_interval": ("int", 30),
     "monitoring": ("bool", True),
+    "measure_bandwidth": ("bool", True),
     "results_root": ("str", None),
 }
 # Settings handed to every trainer unchanged (RunConfig field names).

@@ -83,6 +83,9 @@ def test_two_peers_then_a_second_run_is_refused(tmp_path):
     experiment = _check_complete(results, ["peer-01", "peer-02"], "hivemind")
     assert set(experiment["hosts"]) == {"peer-01", "peer-02"}
     assert experiment["hosts"]["peer-01"]["kernel"]
+    network = experiment["network"]  # measured from the last peer to the first (playbooks/network.yml)
+    assert (network["from"], network["to"]) == ("peer-02", "peer-01"), network
+    assert float(network["bandwidth_bytes_per_second"]) > 1e6 and int(network["bytes"]) > 0, network
     assert _check_averaging(results, ["peer-01", "peer-02"]) == []
     assert "peer-01" in run.output and "samples/s" in run.output  # the printed summary table
 
@@ -146,6 +149,7 @@ def test_baseline(tmp_path):
     results = tmp_path / "e2e-baseline"
     experiment = _check_complete(results, ["baseline"], "baseline")
     assert experiment["peers"] == 1
+    assert experiment["network"] is None
     assert list(experiment["hosts"]) == ["peer-01"]
     summary = read_json(results / "baseline" / "summary.json")
     assert summary["exit_reason"] == "max_steps"

@@ -186,6 +186,18 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         assert float(speed["scaling_efficiency"]) == pytest.approx(base / mine * 1 / 2)
     share = rows_by_id(out / "breakdown.csv")["hm-2p-r1"]
     assert 0 < float(share["averaging_share"]) < 1
+
+    # run edges: the first epoch, the middle ones and the last two, by hand from both peers' steps
+    steps = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "steps.csv")]
+    epochs = sorted({int(r["hivemind_epoch"]) for r in steps})
+    assert len(epochs) >= 4, epochs
+    phases = {r["phase"]: r for r in read_csv(out / "epoch_phases.csv") if r["experiment_id"] == "hm-2p-r1"}
+    assert list(phases) == ["first", "middle", "last two"]
+    last_two = [r for r in steps if int(r["hivemind_epoch"]) in epochs[-2:]]
+    assert int(phases["last two"]["steps"]) == len(last_two)
+    mean_ms = 1000 * statistics.mean(float(r["step_seconds"]) for r in last_two)
+    assert float(phases["last two"]["step_ms"]) == pytest.approx(mean_ms)
+    assert sum(int(row["steps"]) for row in phases.values()) == len(steps)
     assert math.isclose(
         sum(float(share[f"{p}_share"]) for p in ("data", "compute", "averaging", "optimizer_local", "other")),
         1.0,

@@ -1,21 +1,26 @@
-"""Every role's Molecule scenario (roles/*/molecule/default), run with `molecule test`.
+"""Every Molecule scenario of every role (roles/<role>/molecule/<scenario>), run with `molecule test`.
 
-The scenarios use podman containers from the local node image (scripts/build-image.sh); roles of every part of
-the project are discovered."""
+The scenarios use podman containers from the local images (scripts/build-image.sh). Most of a scenario's time
+is spent waiting on containers, so the selected scenarios run a few at a time (MOLECULE_PARALLEL, default 3),
+each in its own containers and networks; every scenario still passes or fails as its own test."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
-SCENARIO_ROLES = sorted(path.parents[2].name for path in ROLES.glob("*/molecule/default/molecule.yml"))
+SCENARIOS = sorted(
+    f"{path.parents[2].name}/{path.parent.name}" for path in ROLES.glob("*/molecule/*/molecule.yml")
+)
 BIN = Path(sys.executable).parent
+IMAGES = ("localhost/testbed-node:latest", "localhost/testbed-base:bookworm")
 
 
 def _environment() -> dict[str, str]:
@@ -27,28 +32,49 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def test_scenarios_are_discovered() -> None:
-    assert {"trainer", "hivemind_peer", "baseline"} <= set(SCENARIO_ROLES)
-
-
-@pytest.mark.slow
-@pytest.mark.molecule
-@pytest.mark.parametrize("role", SCENARIO_ROLES)
-def test_molecule_scenario(role: str) -> None:
-    image = subprocess.run(
-        ["podman", "image", "exists", "localhost/testbed-node:latest"], env=_environment(), check=False
-    )
-    assert image.returncode == 0, "localhost/testbed-node:latest is missing: run `make image` first"
-    result = subprocess.run(
-        [str(BIN / "molecule"), "test"],
+def _molecule_test(scenario: str) -> subprocess.CompletedProcess:
+    role, name = scenario.split("/")
+    return subprocess.run(
+        [str(BIN / "molecule"), "test", "--scenario-name", name],
         cwd=ROLES / role,
         env=_environment(),
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1500,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def molecule_runs(request):
+    """Starts `molecule test` for every selected scenario (a few at a time); scenario -> its Future."""
+    for image in IMAGES:
+        found = subprocess.run(["podman", "image", "exists", image], env=_environment(), check=False)
+        assert found.returncode == 0, f"{image} is missing: run `make image` first"
+    selected = [
+        item.callspec.params["scenario"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_molecule_scenario"
+    ]
+    with ThreadPoolExecutor(max_workers=int(os.environ.get("MOLECULE_PARALLEL", "3"))) as pool:
+        runs: dict[str, Future] = {scenario: pool.submit(_molecule_test, scenario) for scenario in selected}
+        yield runs
+        for future in runs.values():
+            future.cancel()
+
+
+def test_scenarios_are_discovered() -> None:
+    roles = {scenario.split("/")[0] for scenario in SCENARIOS}
+    assert {"trainer", "hivemind_peer", "baseline", "dataset", "prometheus"} <= roles
+    assert {"dataset/default", "dataset/local"} <= set(SCENARIOS)
+
+
+@pytest.mark.slow
+@pytest.mark.molecule
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_molecule_scenario(scenario: str, molecule_runs) -> None:
+    result = molecule_runs[scenario].result()
     # Ansible's output (the failing task) is on stdout, Molecule's own log on stderr: show the end of both.
-    assert result.returncode == 0, (
-        f"molecule test failed for {role}:\n{result.stdout[-10000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
-    )
+    output = f"{result.stdout[-10000:]}\n--- stderr ---\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"molecule test failed for {scenario}:\n{output}"
+    assert "idempotence" in (result.stdout + result.stderr).lower()

@@ -1,0 +1,48 @@
+"""trainer.netprobe: the bandwidth probe playbooks/network.yml runs between two peers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from trainer import netprobe
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_send_reports_what_the_server_received():
+    port, received = free_port(), []
+    server = threading.Thread(target=lambda: received.append(netprobe.serve("127.0.0.1", port, timeout=20)))
+    server.start()
+    result = netprobe.send("127.0.0.1", port, seconds=0.3)
+    server.join(timeout=20)
+    assert received == [result["bytes"]] and result["bytes"] >= netprobe.CHUNK
+    assert result["seconds"] >= 0.3
+    assert result["bytes_per_second"] == pytest.approx(result["bytes"] / result["seconds"])
+
+
+def test_command_line_prints_one_json_line():
+    port = free_port()
+    probe = [sys.executable, "-m", "trainer.netprobe"]
+    serve = [*probe, "serve", "--bind", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE)
+    sent = subprocess.run(
+        [*probe, "send", "--to", "127.0.0.1", "--port", str(port), "--seconds", "0.2"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    served = json.loads(server.communicate(timeout=30)[0])
+    assert json.loads(sent.stdout)["bytes"] == served["bytes"] > 0
+
+
+def test_no_server_is_an_error_after_the_connect_timeout():
+    with pytest.raises(OSError):
+        netprobe.send("127.0.0.1", free_port(), seconds=0.1, connect_timeout=0.5)
