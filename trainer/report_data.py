@@ -115,7 +115,8 @@ def load_experiment(path: Path) -> Experiment | None:
         for peer_dir in peer_dirs
     ]
     complete = is_true(document["complete"]) if "complete" in document else all(p.complete for p in peers)
-    bandwidth = (document.get("network") or {}).get("bandwidth_bytes_per_second")
+    network = document.get("network")
+    bandwidth = network.get("bandwidth_bytes_per_second") if isinstance(network, dict) else None
     return Experiment(
         experiment_id=str(document.get("experiment_id") or path.name),
         path=path,
