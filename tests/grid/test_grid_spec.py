@@ -148,7 +148,7 @@ def test_smoke_grid_is_2_baselines_and_2_hivemind_runs():
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
     for run in grid.runs:  # same samples in every experiment
-        assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400
+        assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 3200
 
 
 def test_ids_are_deterministic_and_valid_for_the_playbook():
