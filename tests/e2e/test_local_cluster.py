@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_support import ISOLATED_CLUSTER, environment, extra_vars, free_port, read_json, run_playbook
+from e2e_support import BIN, ISOLATED_CLUSTER, environment, extra_vars, free_port, read_json, run_playbook
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
 
@@ -141,19 +141,35 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
         pytest.xfail("; ".join(trailing))
 
 
-def test_baseline(tmp_path):
-    settings = {**FAST, "strategy": "baseline", "peers": 4, "dataset": "synthetic", "monitoring": False}
-    settings["experiment_id"] = "e2e-baseline"
-    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
-    assert run.returncode == 0, run.output[-8000:]
-    results = tmp_path / "e2e-baseline"
-    experiment = _check_complete(results, ["baseline"], "baseline")
-    assert experiment["peers"] == 1
-    assert experiment["network"] is None
-    assert list(experiment["hosts"]) == ["peer-01"]
-    summary = read_json(results / "baseline" / "summary.json")
-    assert summary["exit_reason"] == "max_steps"
-    assert summary["steps"] == FAST["max_steps"]
+def test_baseline_from_cephfs_and_from_a_local_copy(tmp_path):
+    """Issue 8: the same baseline reading Fashion-MNIST from CephFS and from a copy on the host's disk; both
+    complete, record their backend, and the report shows the data-loading share of each."""
+    for storage in ("cephfs", "local"):
+        experiment_id = f"e2e-baseline-{storage}"
+        settings = {**FAST, "strategy": "baseline", "peers": 4, "dataset": "fashion-mnist"}
+        settings.update(monitoring=False, dataset_storage=storage, experiment_id=experiment_id)
+        run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+        assert run.returncode == 0, run.output[-8000:]
+        results = tmp_path / experiment_id
+        experiment = _check_complete(results, ["baseline"], "baseline")
+        assert experiment["peers"] == 1
+        assert list(experiment["hosts"]) == ["peer-01"]
+        assert experiment["network"] is None  # no bandwidth to measure for one host
+        assert experiment["storage"]["backend"] == storage
+        summary = read_json(results / "baseline" / "summary.json")
+        assert summary["exit_reason"] == "max_steps"
+        assert summary["steps"] == FAST["max_steps"]
+
+    report = subprocess.run(
+        [str(BIN / "trainer"), "report", str(tmp_path), "--out", str(tmp_path / "report")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-3000:]
+    breakdown = _rows(tmp_path / "report" / "breakdown.csv")
+    shares = {row["experiment_id"]: float(row["data_share"]) for row in breakdown}
+    print("\n".join(f"data-loading share of step time, {n}: {v:.1%}" for n, v in shares.items()))
+    assert set(shares) == {"e2e-baseline-cephfs", "e2e-baseline-local"}
+    assert all(0 < share < 1 for share in shares.values()), shares
 
 
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
