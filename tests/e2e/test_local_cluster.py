@@ -46,6 +46,7 @@ def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
         assert summary["steps"] > 0
         for name in ("config.json", "steps.csv", "trainer.log"):
             assert (results / run / name).is_file(), (run, name)
+        assert "trainer.loop" in (results / run / "trainer.log").read_text(), f"{run}: trainer.log lacks the log"
     return experiment
 
 
