@@ -46,7 +46,8 @@ def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
         assert summary["steps"] > 0
         for name in ("config.json", "steps.csv", "trainer.log"):
             assert (results / run / name).is_file(), (run, name)
-        assert "trainer.loop" in (results / run / "trainer.log").read_text(), f"{run}: trainer.log lacks the log"
+        log = (results / run / "trainer.log").read_text()
+        assert "trainer.loop" in log, f"{run}: trainer.log lacks the trainer's log"
     return experiment
 
 
