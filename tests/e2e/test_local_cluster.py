@@ -14,12 +14,14 @@ from e2e_support import BIN, ISOLATED_CLUSTER, environment, extra_vars, free_por
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
 
-# Small, fast settings: a handful of Hivemind epochs in about a minute of training on 2 cores.
+# Small, fast settings: a handful of Hivemind epochs in about a minute of training on 2 cores. An epoch is
+# at least 16 steps per peer: with less, Hivemind's progress estimate (extrapolated from peers' last reports)
+# can call an epoch before the others got there, and that peer's round finds nobody.
 FAST = {
     "model": "smallcnn",
     "batch_size": 16,
-    "max_steps": 40,
-    "target_batch_size": 256,
+    "max_steps": 60,
+    "target_batch_size": 512,
     "matchmaking_time": 2,
     "averaging_timeout": 20,
     "finish_grace": 10,
