@@ -15,8 +15,8 @@ from e2e_support import BIN, ISOLATED_CLUSTER, environment, extra_vars, free_por
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
 
 # Small, fast settings: a handful of Hivemind epochs in about a minute of training on 2 cores. An epoch is
-# at least 16 steps per peer: with less, Hivemind's progress estimate (extrapolated from peers' last reports)
-# can call an epoch before the others got there, and that peer's round finds nobody.
+# 8 (4 peers) to 16 (2 peers) steps per peer: with fewer, Hivemind's progress estimate (extrapolated from the
+# peers' last reports) can call an epoch before the others got there, and that peer's round finds nobody.
 FAST = {
     "model": "smallcnn",
     "batch_size": 16,
