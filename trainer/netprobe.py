@@ -57,7 +57,7 @@ def send(host: str, port: int, seconds: float, connect_timeout: float = 30.0) ->
             answer += part
         elapsed = time.perf_counter() - started
     received = int(answer.decode().strip())
-    return {"bytes": received, "seconds": round(elapsed, 6), "bytes_per_second": received / elapsed}
+    return {"bytes": received, "seconds": elapsed, "bytes_per_second": received / elapsed}
 
 
 def main(argv: list[str] | None = None) -> int:
