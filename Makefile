@@ -23,7 +23,7 @@ DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
-	@echo "make test   lint (ruff, yamllint, ansible-lint, terraform fmt) and every test (pytest tests/)"
+	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and pytest tests/"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 
 setup: apt cgroups venv image infra-setup
@@ -64,7 +64,7 @@ lint: venv
 	ansible-lint --profile production roles/ playbooks/ inventories/
 	if [ -d infra ] && command -v terraform >/dev/null; then terraform fmt -check -recursive infra; fi
 
-pytest: venv
+pytest: setup
 	pytest tests/
 
 test: lint pytest

@@ -24,6 +24,7 @@ from trainer.report_metrics import (
 from trainer.stats import percentile
 
 BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
+EPOCH_PHASE_PARTS = ("step", "data", "compute", "optimizer", "averaging")  # steps.csv's <part>_seconds
 EFFECT_FACTORS = ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
 EFFECT_METRICS = ("time_to_target_seconds", "samples_per_second", "averaging_share", "final_loss")
 
@@ -191,16 +192,14 @@ def epoch_phase_rows(e: Experiment) -> list[dict[str, Any]]:
         chosen = [row for row in steps if int(row["hivemind_epoch"]) in members]
         row: dict[str, Any] = {"experiment_id": e.experiment_id, "phase": phase}
         row.update(epochs=f"{members[0]}-{members[-1]}", steps=len(chosen))
-        for column in ("step", "data", "compute", "optimizer", "averaging"):
-            name = "data_seconds" if column == "data" else f"{column}_seconds"
-            row[f"{column}_ms"] = 1000 * total(chosen, name) / len(chosen) if chosen else None
+        for part in EPOCH_PHASE_PARTS:
+            row[f"{part}_ms"] = 1000 * total(chosen, f"{part}_seconds") / len(chosen) if chosen else None
         rows.append(row)
     return rows
 
 
 def _epoch_phases(experiments: list[Experiment]) -> Table:
-    columns = ("experiment_id", "phase", "epochs", "steps", "step_ms", "data_ms", "compute_ms")
-    columns += ("optimizer_ms", "averaging_ms")
+    columns = ("experiment_id", "phase", "epochs", "steps", *(f"{part}_ms" for part in EPOCH_PHASE_PARTS))
     rows = [row for e in experiments for row in epoch_phase_rows(e)]
     title = "Run edges: first epoch, middle epochs, last two epochs (mean per step over all peers)"
     return _table("epoch_phases", title, rows, columns)
