@@ -67,7 +67,7 @@ lint: venv
 pytest: setup
 	pytest tests/
 
-test: lint pytest
+test: setup lint pytest
 
 clean:
 	ansible-playbook playbooks/teardown.yml
