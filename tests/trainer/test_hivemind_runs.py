@@ -216,6 +216,9 @@ def test_two_peers_average_and_agree(peers, local_updates):
         assert len(ok) >= 2, rounds
         assert not [r for r in rounds if r["outcome"] == "timeout"], rounds
         steps = read_steps(peer.results)
+        # the tracker counted the other peer before the first step, so the first epoch is shared too
+        assert steps[0]["peers"] == 2, steps[0]
+        assert summary["strategy_details"]["tracker_sync_seconds"] < 15, summary["strategy_details"]
         boundaries = epoch_boundaries(steps)
         assert boundaries and max(r["averaging_seconds"] for r in boundaries) > 0, (
             "no step blocked on averaging"
