@@ -1,9 +1,11 @@
 """Fair Hivemind runs: a start barrier and a collective finish, agreed through the run's DHT.
 
-Three run-scoped DHT keys, one subkey per peer (``<peer name>/<DHT peer id>``):
+Four run-scoped DHT keys, one subkey per peer (``<peer name>/<DHT peer id>``):
 
 - ``<run_id>_barrier``: a peer announces itself once it joined the DHT and holds the model state; every peer
   waits until ``expected_peers`` announced (bounded by ``start_timeout``) before its first step;
+- ``<run_id>_synced``: after its first step a peer announces itself once its progress tracker counts every
+  expected peer, and waits until all did (bounded), so no peer runs ahead thinking it is alone;
 - ``<run_id>_stop``: the first peer whose own stop condition holds (max steps, target loss) publishes the
   epoch at which everybody stops: the next epoch boundary. Every peer stops when its Hivemind epoch reaches
   the smallest published stop epoch, so the last averaging round has every peer in it;
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +56,7 @@ class RunCoordinator:
         self.barrier_key = f"{run_id}_barrier"
         self.stop_key = f"{run_id}_stop"
         self.done_key = f"{run_id}_done"
+        self.synced_key = f"{run_id}_synced"
         self.released_at: float | None = None  # Unix time the barrier let this peer go
         self._stop: StopRequest | None = None
         self._pending_stop_read: Any = None
@@ -103,6 +107,32 @@ class RunCoordinator:
         waited = time.monotonic() - started
         log.info("start barrier released after %.2fs: %d peers arrived", waited, len(arrived))
         return waited
+
+    def wait_for_synced(self, counts_everyone: Callable[[], bool], timeout: float) -> float:
+        """Announce once ``counts_everyone()`` holds, wait until every expected peer did; the seconds waited.
+
+        Bounded by ``timeout``: then it logs a warning and returns (the run goes on, unsynchronized).
+        """
+        started = time.monotonic()
+        announced, last_read = False, 0.0
+        while True:
+            now = time.monotonic()
+            if not announced and counts_everyone():
+                self._store(self.synced_key, {"peer": self.peer_name, "time": time.time()})
+                announced = True
+            if announced and now - last_read >= self.poll_interval:
+                last_read = now
+                if len(self._entries(self.synced_key)) >= self.expected_peers:
+                    break
+            if now - started >= timeout:
+                log.warning(
+                    "progress trackers not in sync after %.0fs (%s): going on anyway",
+                    timeout,
+                    "the others' trackers lag" if announced else "ours does not count every peer",
+                )
+                break
+            time.sleep(0.05)
+        return time.monotonic() - started
 
     # ------------------------------------------------------------------ collective finish
 

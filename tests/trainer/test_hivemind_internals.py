@@ -254,6 +254,25 @@ def test_waiting_for_others_to_finish_is_bounded(dht):
     assert (finished, expected) == (2, 2) and waited < 1.0
 
 
+def test_the_synced_barrier_waits_for_every_tracker_and_is_bounded(dht, caplog):
+    from trainer.coordination import RunCoordinator
+
+    counts = {"value": False}
+    first = RunCoordinator(dht, "sync-run", "one", expected_peers=2, poll_interval=0.05)
+    # its tracker never counts everyone: bounded, announced nothing, says whose tracker lags
+    waited = first.wait_for_synced(lambda: counts["value"], 0.5)
+    assert 0.5 <= waited < 2.0 and "ours does not count every peer" in caplog.text
+    assert first._entries(first.synced_key) == {}
+    # it counts everyone, the other peer has not announced yet: still waits, the others' trackers lag
+    counts["value"] = True
+    waited = first.wait_for_synced(lambda: counts["value"], 0.5)
+    assert 0.5 <= waited < 2.0 and "the others' trackers lag" in caplog.text
+    second = RunCoordinator(dht, "sync-run", "two", expected_peers=2, poll_interval=0.05)
+    second.subkey = "two/other-peer"
+    assert second.wait_for_synced(lambda: True, 5.0) < 1.0
+    assert first.wait_for_synced(lambda: True, 5.0) < 1.0
+
+
 # ------------------------------------------------------------------------------------------ the lagging peer
 
 

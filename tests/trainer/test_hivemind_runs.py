@@ -225,6 +225,9 @@ def test_two_peers_average_and_agree(peers, local_updates):
         )
         assert_averaging_within_optimizer(steps)
     assert {s["strategy_details"]["stop_requested_by"] for s in summaries} <= {"peer-01", "peer-02"}
+    # the trackers were in sync before the second step: the peers shared the first epoch
+    first_epoch = [s["strategy_details"]["epochs"][0]["steps"] for s in summaries]
+    assert min(first_epoch) >= max(first_epoch) / 3, first_epoch
     # both applied the same last parameter-averaging round: same parameters
     details = [s["strategy_details"] for s in summaries]
     assert details[0]["hivemind_epoch"] == details[1]["hivemind_epoch"]

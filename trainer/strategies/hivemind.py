@@ -53,7 +53,7 @@ TRACKER_REFRESH_ALONE = 0.5
 #: steps every peer may take before it has read a stop request from the DHT (reads overlap steps); the stop
 #: epoch is the first epoch boundary at least this many steps away, so no peer passes it unaware
 STOP_NOTICE_STEPS = 3
-#: after its first step, a peer waits at most this long until the progress tracker counts every expected peer
+#: after their first step, peers wait at most this long until every tracker counts every expected peer
 TRACKER_SYNC_SECONDS = 15.0
 
 
@@ -159,7 +159,7 @@ class HivemindStrategy:
         optimizer.step(batch_size=batch_size)
         self._steps += 1
         if self._steps == 1:
-            optimizer.step_averaging_seconds += self._wait_for_tracker(self.config.expected_peers)
+            optimizer.step_averaging_seconds += self._sync_trackers()
         epoch = optimizer.local_epoch
         if epoch != self._epoch:
             self._on_new_epoch(epoch)
@@ -175,27 +175,19 @@ class HivemindStrategy:
             collective_samples=int(progress.samples_accumulated),
         )
 
-    def _wait_for_tracker(self, expected_peers: int) -> float:
-        """After the first step: wait (bounded) until the progress tracker counts every expected peer.
+    def _sync_trackers(self) -> float:
+        """After the first step: wait (bounded) until every peer's tracker counts every expected peer.
 
         A peer's progress enters the DHT with its first samples, and a peer whose tracker has not read the
         others' yet thinks it is alone: it fills the first epochs by itself and skips their averaging rounds
-        (seen on a loaded machine with short epochs). The wait is time blocked on the others, so it counts
-        as averaging time; also in ``strategy_details.tracker_sync_seconds``.
+        (seen on a loaded machine with short epochs). Every peer waits for all (a second barrier), so none
+        runs ahead while another still waits. It is time blocked on the others, so it counts as averaging
+        time; also in ``strategy_details.tracker_sync_seconds``.
         """
-        tracker = self._ready().tracker
-        started = time.monotonic()
-        while tracker.global_progress.num_peers < expected_peers:
-            if time.monotonic() - started >= TRACKER_SYNC_SECONDS:
-                log.warning(
-                    "the progress tracker counts %d of %d peers after %.0fs: going on anyway",
-                    tracker.global_progress.num_peers,
-                    expected_peers,
-                    TRACKER_SYNC_SECONDS,
-                )
-                break
-            time.sleep(0.05)
-        waited = time.monotonic() - started
+        tracker, expected = self._ready().tracker, self.config.expected_peers
+        waited = self.coordinator.wait_for_synced(
+            lambda: tracker.global_progress.num_peers >= expected, TRACKER_SYNC_SECONDS
+        )
         self._details["tracker_sync_seconds"] = round(waited, 3)
         return waited
 
