@@ -67,7 +67,8 @@ def _csv_cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else repr(round(value, 9))
+        # 12 significant digits: exact enough for tiny values (sub-ms rounds), short for large ones
+        return "nan" if math.isnan(value) else f"{value:.12g}"
     return value
 
 
