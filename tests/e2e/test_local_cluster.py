@@ -80,13 +80,27 @@ def _on_monitor(*command: str) -> str:
 
 
 def test_two_peers_then_a_second_run_is_refused(tmp_path):
-    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "experiment_id": "e2e-two"}
+    settings = {
+        **FAST,
+        "peers": 2,
+        "dataset": "fashion-mnist",
+        "dataset_storage": "cephfs",
+        "monitoring": False,
+        "experiment_id": "e2e-two",
+    }
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     assert run.returncode == 0, run.output[-8000:]
     results = tmp_path / "e2e-two"
     experiment = _check_complete(results, ["peer-01", "peer-02"], "hivemind")
     assert set(experiment["hosts"]) == {"peer-01", "peer-02"}
     assert experiment["hosts"]["peer-01"]["kernel"]
+    # Issue 8: both peers read Fashion-MNIST through their ceph-fuse mounts, and their data loading is timed
+    assert experiment["storage"]["backend"] == "cephfs"
+    assert experiment["storage"]["fstype"] == "fuse.ceph-fuse", experiment["storage"]
+    for peer in ("peer-01", "peer-02"):
+        data_seconds = [float(row["data_seconds"]) for row in _rows(results / peer / "steps.csv")]
+        assert data_seconds and all(s >= 0 for s in data_seconds), peer
+        assert sum(data_seconds) > 0, peer
     network = experiment["network"]  # measured from the last peer to the first (playbooks/network.yml)
     assert (network["from"], network["to"]) == ("peer-02", "peer-01"), network
     assert float(network["bandwidth_bytes_per_second"]) > 1e6 and int(network["bytes"]) > 0, network
