@@ -1,5 +1,5 @@
 """The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
-plots)."""
+plots), ``netprobe`` (link bandwidth between two hosts)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from trainer.results import is_complete
 SUBCOMMAND_MODULES = {
     "grid": ("trainer.grid", "run an experiment grid (resumable)"),
     "report": ("trainer.report", "tables and plots from a results directory"),
+    "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
 }
 
 
@@ -31,7 +32,8 @@ def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The full parser; a grid/report module is imported only when ``arguments`` name its subcommand."""
     parser = OneLineParser(
         prog="trainer",
-        description="run: train one peer or a baseline; grid: many experiments; report: tables, plots",
+        description="run: train one peer or a baseline; grid: many experiments; report: tables, plots; "
+        "netprobe: link bandwidth",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

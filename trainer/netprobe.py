@@ -5,8 +5,8 @@ the sender closes, and answers with the count; ``send`` streams for ``--seconds`
 time until the server confirmed receiving them all (so bytes still in buffers are not counted as sent). Prints
 one JSON line: ``{"bytes": ..., "seconds": ..., "bytes_per_second": ...}``.
 
-    python -m trainer.netprobe serve --bind 10.0.0.1 --port 5201
-    python -m trainer.netprobe send --to 10.0.0.1 --port 5201 --seconds 3
+    trainer netprobe serve --bind 10.0.0.1 --port 5201
+    trainer netprobe send --to 10.0.0.1 --port 5201 --seconds 3
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def send(host: str, port: int, seconds: float, connect_timeout: float = 30.0) ->
     return {"bytes": received, "seconds": elapsed, "bytes_per_second": received / elapsed}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.netprobe", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``trainer netprobe serve|send`` (trainer/cli.py)."""
+    commands = parser.add_subparsers(dest="probe", metavar="serve|send", parser_class=type(parser))
+    commands.required = True
     server = commands.add_parser("serve", help="receive one stream and answer with its byte count")
     server.add_argument("--bind", default="0.0.0.0")
     server.add_argument("--port", type=int, default=5201)
@@ -71,15 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     sender.add_argument("--to", required=True, dest="host")
     sender.add_argument("--port", type=int, default=5201)
     sender.add_argument("--seconds", type=float, default=3.0)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.probe == "serve":
         print(json.dumps({"bytes": serve(args.bind, args.port, args.timeout)}))
-    else:
-        if args.seconds <= 0:
-            parser.error("--seconds must be positive")
-        print(json.dumps(send(args.host, args.port, args.seconds)))
+        return 0
+    if args.seconds <= 0:
+        print("trainer: error: --seconds must be positive", file=sys.stderr)
+        return 2
+    print(json.dumps(send(args.host, args.port, args.seconds)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,7 +32,7 @@ def test_send_reports_what_the_server_received():
 
 def test_command_line_prints_one_json_line():
     port = free_port()
-    probe = [sys.executable, "-m", "trainer.netprobe"]
+    probe = [sys.executable, "-m", "trainer", "netprobe"]
     serve = [*probe, "serve", "--bind", "127.0.0.1", "--port", str(port)]
     server = subprocess.Popen(serve, stdout=subprocess.PIPE)
     sent = subprocess.run(
@@ -46,3 +46,17 @@ def test_command_line_prints_one_json_line():
 def test_no_server_is_an_error_after_the_connect_timeout():
     with pytest.raises(OSError):
         netprobe.send("127.0.0.1", free_port(), seconds=0.1, connect_timeout=0.5)
+
+
+def test_bad_flags_are_one_line_errors():
+    for flags, message in (
+        (["send", "--to", "127.0.0.1", "--seconds", "0"], "--seconds must be positive"),
+        (["send"], "the following arguments are required: --to"),
+        (["listen"], "invalid choice: 'listen'"),
+    ):
+        completed = subprocess.run(
+            [sys.executable, "-m", "trainer", "netprobe", *flags], capture_output=True, text=True, timeout=60
+        )
+        assert completed.returncode == 2, completed
+        assert completed.stderr.count("\n") == 1 and message in completed.stderr, completed.stderr
+        assert completed.stderr.startswith("trainer: error:"), completed.stderr
