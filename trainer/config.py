@@ -80,7 +80,7 @@ class RunConfig:
     :param optimizer: ``sgd`` (momentum 0.9) or ``adam``
     :param max_steps: local steps after which this peer stops (a Hivemind run may stop earlier collectively)
     :param seed: seeds model initialisation, data order and synthetic data
-    :param vcpus: torch threads and CPU affinity (None: every core the process may use)
+    :param vcpus: torch threads (None: torch's default); the placement decides the cores
     :param data_workers: DataLoader worker processes (0: load in the training process)
     :param target_loss: training loss (mean of the last 10 steps) whose first crossing is the time to target;
         reaching it ends the run (exit reason ``target_loss``). None: no target
@@ -121,7 +121,7 @@ class RunConfig:
     optimizer: str = field(default="sgd", metadata=_opt("sgd | adam"))
     max_steps: int = field(default=1000, metadata=_opt("local steps before this peer stops"))
     seed: int = field(default=0, metadata=_opt("random seed"))
-    vcpus: int | None = field(default=None, metadata=_opt("torch threads and CPU affinity (default: all)"))
+    vcpus: int | None = field(default=None, metadata=_opt("torch threads (default: torch's)"))
     data_workers: int = field(default=0, metadata=_opt("DataLoader worker processes"))
     target_loss: float | None = field(default=None, metadata=_opt("stop when the training loss reaches this"))
     eval_every: int = field(default=0, metadata=_opt("validate every K steps (0: never)", metavar="K"))

@@ -6,11 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
-import zlib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,13 @@ log = logging.getLogger(__name__)
 GIT_REVISION_ENV = "TRAINER_GIT_REVISION"
 
 
-def apply_vcpus(vcpus: int | None, peer_id: str = "") -> dict[str, Any]:
-    """Limit torch to ``vcpus`` threads (intra- and inter-op) and pin the process to ``vcpus`` cores.
+def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
+    """Limit torch to ``vcpus`` threads (intra- and inter-op); returns what was applied for config.json.
 
-    Peers sharing a host get different cores: ``peer-NN`` takes the NN-th block of ``vcpus`` cores (wrapping
-    around), other names a block chosen by hash. Affinity is set where the host allows it (a container may
-    forbid it); what was applied is returned for config.json. ``None`` leaves torch's defaults and the
-    inherited affinity.
+    The trainer never pins itself: which cores a peer may use is the placement's job (the VM, the local
+    cluster's container quota, the study-scale benchmark's affinity), so that the process sees exactly the
+    cores it was given. Pinning itself by peer number put every other local peer on the core that also
+    carries Ceph and Prometheus (docs/fair-cpu.md). ``None`` leaves torch's defaults.
     """
     applied: dict[str, Any] = {"threads": torch.get_num_threads(), "affinity": _affinity()}
     if vcpus is None:
@@ -38,24 +36,8 @@ def apply_vcpus(vcpus: int | None, peer_id: str = "") -> dict[str, Any]:
         torch.set_num_interop_threads(vcpus)
     except RuntimeError as exc:  # only settable before the first inter-op parallel work
         log.warning("could not set inter-op threads to %d: %s", vcpus, exc)
-    allowed = _affinity()
-    if allowed is not None and vcpus < len(allowed):
-        start = (_peer_index(peer_id) * vcpus) % len(allowed)
-        cores = [allowed[(start + offset) % len(allowed)] for offset in range(vcpus)]
-        try:
-            os.sched_setaffinity(0, cores)
-        except OSError as exc:
-            log.warning("could not pin to %d cores: %s", vcpus, exc)
     applied.update(threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads())
-    applied["affinity"] = _affinity()
     return applied
-
-
-def _peer_index(peer_id: str) -> int:
-    digits = re.search(r"(\d+)$", peer_id)
-    if digits:
-        return max(int(digits.group(1)) - 1, 0)
-    return zlib.crc32(peer_id.encode())
 
 
 def _affinity() -> list[int] | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainer import cpu_usage
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
@@ -53,6 +54,7 @@ class RunSession:
         self.barrier_release: float | None = None
         self.start_wait: float | None = None
         self.exit_detail: str | None = None
+        self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
 
     # ---------------------------------------------------------------- phases
 
@@ -62,7 +64,7 @@ class RunSession:
         config = self.config
         prepare_run_dir(config.results_dir, overwrite=config.overwrite)
         self.writer = ResultsWriter(config.results_dir, write_evals=config.eval_every > 0)
-        self.cpu = apply_vcpus(config.vcpus, self.peer_id)
+        self.cpu = apply_vcpus(config.vcpus)
         torch.manual_seed(config.seed)
         self.train_loader, self.val_loader = build_loaders(config)
         self.model = build_model(config.model, seed=config.seed)
@@ -122,6 +124,7 @@ class RunSession:
                 print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
                 return exit_code
             self.barrier_release = time.time()
+            self.cpu_at_release = cpu_usage.snapshot()
             self.signals.interrupting = False
             if self.writer is None or self.telemetry is None:
                 raise RuntimeError("RunSession.prepare() must run before execute()")
@@ -190,10 +193,25 @@ class RunSession:
             barrier_release_timestamp=self.barrier_release,
             start_wait_seconds=self.start_wait,
             end_timestamp=time.time(),
-            extra={"exit_detail": self.exit_detail, **({"strategy_details": details} if details else {})},
+            extra={
+                "exit_detail": self.exit_detail,
+                "cpu_received": self._cpu_received(),
+                **({"strategy_details": details} if details else {}),
+            },
         )
         self.writer.write_summary(summary)
         self.writer.close()
+
+    def _cpu_received(self) -> dict[str, Any] | None:
+        """The CPU this run got from the start barrier's release to now, next to what it was promised."""
+        if self.cpu_at_release is None:
+            return None
+        try:
+            document = cpu_usage.received(self.cpu_at_release, cpu_usage.snapshot())
+        except OSError as exc:
+            log.warning("could not read the CPU received: %s", exc)
+            return None
+        return {"declared_vcpus": self.config.vcpus, **document}
 
     def close(self) -> None:
         self.signals.restore()

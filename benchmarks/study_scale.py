@@ -1,0 +1,339 @@
+"""The study's 16-vCPU configurations on one machine with at least 16 cores (issue #16, docs/study-scale.md).
+
+Every configuration runs ``trainer run`` itself (same loop, telemetry, start barrier and results files) as
+plain processes, each pinned to its own disjoint block of cores (``os.sched_setaffinity`` before exec):
+
+- ``base``: the baseline on all ``--total-vcpus`` cores;
+- ``pN-lu{off,on}``: N Hivemind peers with total/N cores each, local updates off or on;
+- ``pN-solo``: the reference for the peers' local throughput: N baseline processes on the same core blocks at
+  the same time (the same loop and memory traffic, no Hivemind).
+
+It prints, per configuration: samples/s (total and per peer), the mean step breakdown, averaging seconds per
+round, speedup and efficiency against the baseline, and the peers' local throughput as a ratio to the solo
+reference at the same cores (goal >= 0.90). Results go to ``--out`` as one experiment directory per
+configuration (``experiment.json`` + one directory per peer) that ``trainer report`` reads; the solo
+references sit in ``--out/_reference/``. Configurations already complete in ``--out`` are not run again, so a
+long plan can be split over several calls (``--only``).
+
+    python benchmarks/study_scale.py --out results/study-scale                 # 16 cores, the study's plan
+    python benchmarks/study_scale.py --total-vcpus 2 --peers 2 --model smallcnn --steps 40   # CI size
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trainer.results import read_rounds, read_summary  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str
+    strategy: str  # baseline | hivemind
+    peers: int
+    cores_per_peer: int
+    local_updates: bool = False
+    reference: bool = False  # N concurrent baselines standing in for N peers without Hivemind
+
+    @property
+    def directory(self) -> str:
+        return f"_reference/{self.name}" if self.reference else self.name
+
+
+def plan(total: int, peer_counts: list[int], local_updates: list[bool]) -> list[Configuration]:
+    """The configurations for ``total`` cores.
+
+    >>> [c.name for c in plan(16, [2, 4], [False, True])]
+    ['base', 'p2-solo', 'p2-luoff', 'p2-luon', 'p4-solo', 'p4-luoff', 'p4-luon']
+    """
+    configurations = [Configuration("base", "baseline", 1, total)]
+    for peers in peer_counts:
+        cores = total // peers
+        configurations.append(Configuration(f"p{peers}-solo", "baseline", peers, cores, reference=True))
+        for updates in local_updates:
+            name = f"p{peers}-lu{'on' if updates else 'off'}"
+            configurations.append(Configuration(name, "hivemind", peers, cores, local_updates=updates))
+    return configurations
+
+
+def core_blocks(peers: int, cores_per_peer: int, available: list[int]) -> list[list[int]]:
+    """Disjoint blocks of cores, one per peer.
+
+    >>> core_blocks(4, 2, list(range(8)))
+    [[0, 1], [2, 3], [4, 5], [6, 7]]
+    """
+    return [available[i * cores_per_peer : (i + 1) * cores_per_peer] for i in range(peers)]
+
+
+def trainer_args(
+    args: argparse.Namespace, config: Configuration, run_id: str, peer: str, out: Path
+) -> list[str]:
+    command = [
+        sys.executable, "-m", "trainer", "run",
+        "--strategy", config.strategy,
+        "--model", args.model, "--dataset", args.dataset,
+        "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate),
+        "--max-steps", str(args.steps), "--vcpus", str(config.cores_per_peer),
+        "--run-id", run_id, "--peer-id", peer, "--results-dir", str(out),
+        "--metrics-port", "-1", "--overwrite",
+    ]  # fmt: skip
+    if config.strategy == "hivemind":
+        command += [
+            "--expected-peers", str(config.peers), "--listen", "/ip4/127.0.0.1/tcp/0",
+            "--target-batch-size", str(args.target_batch_size),
+            "--local-updates" if config.local_updates else "--no-local-updates",
+            "--matchmaking-time", str(args.matchmaking_time),
+            "--averaging-timeout", str(args.averaging_timeout),
+            "--finish-grace", str(args.finish_grace), "--start-timeout", "300",
+        ]  # fmt: skip
+    return command
+
+
+def start(command: list[str], cores: list[int], log_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS=str(len(cores)), MKL_NUM_THREADS=str(len(cores)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    log = log_path.open("w")
+    return subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: Hivemind's children go with it
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+
+
+def stop_all(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    for process in processes:
+        process.wait()
+
+
+def run_configuration(args: argparse.Namespace, config: Configuration, available: list[int]) -> bool:
+    """Run one configuration into ``args.out/config.directory``; True when every process finished."""
+    directory = args.out / config.directory
+    directory.mkdir(parents=True, exist_ok=True)
+    run_id = f"study-scale-{config.name}-{int(time.time())}"
+    blocks = core_blocks(config.peers, config.cores_per_peer, available)
+    names = ["baseline"] if config.name == "base" else [f"peer-{i + 1:02d}" for i in range(config.peers)]
+    processes: list[subprocess.Popen] = []
+    started = time.time()
+    bootstrap = ""
+    try:
+        for index, (name, cores) in enumerate(zip(names, blocks, strict=True)):
+            peer_dir = directory / name
+            command = trainer_args(args, config, run_id, name, peer_dir)
+            if config.strategy == "hivemind" and index > 0:
+                command += ["--initial-peers", bootstrap]
+            processes.append(start(command, cores, directory / f"{name}.log"))
+            if config.strategy == "hivemind" and index == 0:
+                bootstrap = wait_for_multiaddr(peer_dir / "multiaddrs.txt", processes[0])
+        deadline = time.monotonic() + args.timeout
+        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        stop_all(processes)
+    complete = all(p.returncode == 0 for p in processes) and all(
+        (read_summary(directory / n) or {}).get("complete") for n in names
+    )
+    (directory / "experiment.json").write_text(
+        json.dumps(experiment_document(args, config, run_id, blocks, complete, started), indent=2) + "\n"
+    )
+    return complete
+
+
+def wait_for_multiaddr(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().split()[0]
+        if process.poll() is not None:
+            raise RuntimeError(f"the bootstrap peer exited ({process.returncode}) before writing {path}")
+        time.sleep(0.2)
+    raise RuntimeError(f"no multiaddr in {path} after {timeout} s")
+
+
+def experiment_document(
+    args: argparse.Namespace,
+    config: Configuration,
+    run_id: str,
+    blocks: list[list[int]],
+    complete: bool,
+    started: float,
+) -> dict[str, Any]:
+    """experiment.json as the playbook writes it, with the placement this benchmark chose."""
+    settings = {
+        "strategy": config.strategy,
+        "peers": config.peers,
+        "vcpus": config.cores_per_peer,
+        "model": args.model,
+        "dataset": args.dataset,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "optimizer": "sgd",
+        "max_steps": args.steps,
+    }
+    if config.strategy == "hivemind":
+        settings.update(target_batch_size=args.target_batch_size, local_updates=config.local_updates)
+    return {
+        "experiment_id": config.name,
+        "run_id": run_id,
+        "strategy": config.strategy,
+        "peers": config.peers,
+        "settings": settings,
+        "placement": {"method": "os.sched_setaffinity, one disjoint core block per process", "cores": blocks},
+        "machine": {"cores": os.cpu_count(), "reference": config.reference},
+        "started": started,
+        "finished": time.time(),
+        "complete": complete,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+def measure(directory: Path) -> dict[str, Any] | None:
+    """Per-configuration figures from its peers' summary.json and rounds.csv."""
+    summaries = [
+        s for p in sorted(directory.iterdir()) if p.is_dir() and (s := read_summary(p)) and s.get("steps")
+    ]
+    if not summaries:
+        return None
+    rounds = [r for p in sorted(directory.iterdir()) if p.is_dir() for r in read_rounds(p)]
+    ok_rounds = [r for r in rounds if r.get("outcome") == "ok" and r.get("allreduce_seconds") is not None]
+    per_peer = [s["samples_per_second"] for s in summaries]
+
+    def mean_component(name: str) -> float:
+        return sum(s["components"][name]["mean"] for s in summaries) / len(summaries)
+
+    return {
+        "peers": len(summaries),
+        "total": sum(per_peer),
+        "per_peer": sum(per_peer) / len(per_peer),
+        "per_peer_min": min(per_peer),
+        "step": mean_component("step_seconds"),
+        "data": mean_component("data_seconds"),
+        "compute": mean_component("compute_seconds"),
+        "averaging": mean_component("averaging_seconds"),
+        "rounds_ok": sum(int(s.get("rounds_ok") or 0) for s in summaries),
+        "rounds_failed": sum(int(s.get("rounds_failed") or 0) for s in summaries),
+        "allreduce": (sum(r["allreduce_seconds"] for r in ok_rounds) / len(ok_rounds)) if ok_rounds else None,
+        "cpu_seconds": sum((s.get("cpu_received") or {}).get("process_tree_seconds") or 0 for s in summaries),
+    }
+
+
+def table(args: argparse.Namespace, configurations: list[Configuration]) -> list[str]:
+    present = [c for c in configurations if (args.out / c.directory).is_dir()]
+    figures = {c.name: measure(args.out / c.directory) for c in present}
+    base = figures.get("base")
+    header = (
+        f"{'config':<10} {'peers':>5} {'cores':>5} {'total/s':>8} {'peer/s':>7} {'step s':>7} {'data s':>7} "
+        f"{'comp s':>7} {'avg s':>7} {'rounds':>7} {'AR s':>6} {'S':>5} {'E=S/N':>6} {'local':>6} {'comp':>5}"
+    )
+    lines = [header]
+    for config in configurations:
+        row = figures.get(config.name)
+        if row is None:
+            continue
+        solo = figures.get(f"p{config.peers}-solo") if config.strategy == "hivemind" else None
+        speedup = row["total"] / base["total"] if base and not config.reference else None
+        local = row["per_peer"] / solo["per_peer"] if solo else None
+        compute_ratio = solo["compute"] / row["compute"] if solo else None
+        lines.append(
+            f"{config.name:<10} {row['peers']:>5} {config.cores_per_peer:>5} {row['total']:>8.1f} "
+            f"{row['per_peer']:>7.1f} {row['step']:>7.3f} {row['data']:>7.3f} {row['compute']:>7.3f} "
+            f"{row['averaging']:>7.3f} {row['rounds_ok']:>3}/{row['rounds_failed']:<3} "
+            f"{_fmt(row['allreduce'], 6, 2)} {_fmt(speedup, 5, 2)} "
+            f"{_fmt(speedup / config.peers if speedup else None, 6, 2)} {_fmt(local, 6, 2)} "
+            f"{_fmt(compute_ratio, 5, 2)}"
+        )
+    return lines
+
+
+def _fmt(value: float | None, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--total-vcpus", type=int, default=16, help="cores of the study's VM budget (16)")
+    parser.add_argument("--peers", default="2,4,8,16", help="peer counts, comma-separated")
+    parser.add_argument("--local-updates", default="off,on", help="off, on or off,on")
+    parser.add_argument("--steps", type=int, default=200, help="local steps per process")
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--dataset", default="synthetic")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--target-batch-size", type=int, default=1250)
+    parser.add_argument("--matchmaking-time", type=float, default=3.0)
+    parser.add_argument("--averaging-timeout", type=float, default=60.0)
+    parser.add_argument("--finish-grace", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one configuration may take")
+    parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--table-only", action="store_true", help="print the table of what --out holds")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "study-scale")
+    args = parser.parse_args(argv)
+    try:
+        args.peer_counts = [int(v) for v in args.peers.split(",") if v]
+        args.updates = [{"off": False, "on": True}[v] for v in args.local_updates.split(",") if v]
+    except (ValueError, KeyError):
+        parser.error("--peers takes integers, --local-updates off and/or on")
+    available = sorted(os.sched_getaffinity(0))
+    if args.total_vcpus > len(available):
+        parser.error(f"--total-vcpus {args.total_vcpus}: this process may use only {len(available)} cores")
+    bad = [n for n in args.peer_counts if n < 1 or args.total_vcpus % n]
+    if bad:
+        parser.error(f"peer counts must divide --total-vcpus {args.total_vcpus} (got {bad})")
+    args.available = available[: args.total_vcpus]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configurations = plan(args.total_vcpus, args.peer_counts, args.updates)
+    wanted = set(filter(None, args.only.split(",")))
+    failed = []
+    for config in [] if args.table_only else configurations:
+        if wanted and config.name not in wanted:
+            continue
+        done = args.out / config.directory / "experiment.json"
+        if done.exists() and json.loads(done.read_text()).get("complete"):
+            print(f"[study-scale] {config.name}: complete in {args.out}, kept", flush=True)
+            continue
+        started = time.monotonic()
+        print(f"[study-scale] {config.name}: {config.peers} x {config.cores_per_peer} cores ...", flush=True)
+        if not run_configuration(args, config, args.available):
+            failed.append(config.name)
+        print(f"[study-scale] {config.name}: {time.monotonic() - started:.0f} s", flush=True)
+    print(
+        f"\nmachine: {os.cpu_count()} cores; {args.model}, {args.dataset}, batch {args.batch_size}, "
+        f"lr {args.learning_rate}, TBS {args.target_batch_size}, {args.steps} steps per process"
+    )
+    print("\n".join(table(args, configurations)))
+    print(
+        "S: total samples/s over the baseline's on all cores; E=S/N; local: a peer's samples/s over the solo "
+        "reference's at the same cores (goal >= 0.90); comp: solo compute s / peer compute s"
+    )
+    if failed:
+        print(f"INCOMPLETE: {', '.join(failed)} (see the .log files in {args.out})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

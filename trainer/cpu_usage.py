@@ -1,0 +1,190 @@
+"""The CPU a run actually received, for summary.json's ``cpu_received`` (docs/architecture.md).
+
+Two views, both as differences between a snapshot at the start barrier's release and one at the end:
+
+- ``cgroup``: the control group the trainer runs in (on the local cluster: its container; on a VM: the service
+  or the VM's root), from cgroup v2 ``cpu.stat`` or v1 ``cpuacct.usage`` + ``cpu.stat``: CPU seconds used and
+  the CFS quota's periods, throttled periods and throttled seconds. Absent where no cgroup file is readable.
+- ``process_tree``: user+system seconds of the trainer and every descendant alive at the snapshot (Hivemind's
+  averager processes, p2pd), plus what reaped children used. Correct also where several peers share one cgroup
+  (bare processes on one machine).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# cgroup v1 mounts cpuacct and cpu together or apart
+V1_USAGE_MOUNTS = ("cpu,cpuacct", "cpuacct,cpu", "cpuacct")
+V1_STAT_MOUNTS = ("cpu,cpuacct", "cpuacct,cpu", "cpu")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    taken: float
+    tree_seconds: float
+    cgroup: dict[str, float] | None
+    cgroup_path: str | None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_keyed(path: Path) -> dict[str, int]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    values = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            values[parts[0]] = int(parts[1])
+    return values
+
+
+def _cgroup_paths(proc_cgroup: str) -> dict[str, str]:
+    """controller (or "" for v2) -> path, from the text of /proc/self/cgroup."""
+    paths = {}
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else [""]:
+                paths[controller] = parts[2]
+    return paths
+
+
+def _candidate_dirs(mount: Path, path: str) -> list[Path]:
+    """The cgroup's directory under ``mount``: the full path, else the mount itself (a container's cgroup
+    namespace or a bind mount shows its own cgroup at the mount's root)."""
+    full = mount / path.lstrip("/")
+    return [full, mount] if full != mount else [mount]
+
+
+def _first_with(root: Path, mounts: tuple[str, ...], path: str, filename: str) -> Path | None:
+    for mount_name in mounts:
+        for directory in _candidate_dirs(root / mount_name, path):
+            if (directory / filename).is_file():
+                return directory
+    return None
+
+
+def read_cgroup(
+    root: Path = CGROUP_ROOT, proc_cgroup: str | None = None
+) -> tuple[dict[str, float], str] | None:
+    """CPU accounting of this process's cgroup: ``usage_seconds``, ``periods``, ``throttled_periods``,
+    ``throttled_seconds``; with the directory read. None where nothing is readable."""
+    if proc_cgroup is None:
+        try:
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return None
+    paths = _cgroup_paths(proc_cgroup)
+    if "cpuacct" in paths:  # cgroup v1: cpuacct and cpu mounted together or apart
+        usage_dir = _first_with(root, V1_USAGE_MOUNTS, paths["cpuacct"], "cpuacct.usage")
+        if usage_dir is not None:
+            stat_dir = _first_with(root, V1_STAT_MOUNTS, paths.get("cpu", "/"), "cpu.stat")
+            stat = _read_keyed(stat_dir / "cpu.stat") if stat_dir is not None else {}
+            return {
+                "usage_seconds": (_read_int(usage_dir / "cpuacct.usage") or 0) / 1e9,
+                "periods": float(stat.get("nr_periods", 0)),
+                "throttled_periods": float(stat.get("nr_throttled", 0)),
+                "throttled_seconds": stat.get("throttled_time", 0) / 1e9,
+            }, str(usage_dir)
+    if "" in paths:  # cgroup v2
+        for directory in _candidate_dirs(root, paths[""]):
+            stat = _read_keyed(directory / "cpu.stat")
+            if "usage_usec" in stat:
+                return {
+                    "usage_seconds": stat["usage_usec"] / 1e6,
+                    "periods": float(stat.get("nr_periods", 0)),
+                    "throttled_periods": float(stat.get("nr_throttled", 0)),
+                    "throttled_seconds": stat.get("throttled_usec", 0) / 1e6,
+                }, str(directory)
+    return None
+
+
+def _proc_times(pid: int) -> tuple[float, float, int] | None:
+    """(own seconds, reaped children's seconds, parent pid) of one process, from /proc/<pid>/stat."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime) / _TICKS, (cutime + cstime) / _TICKS, int(fields[1])
+
+
+def process_tree_seconds(root_pid: int | None = None) -> float:
+    """CPU seconds of ``root_pid`` (default: this process), its live descendants and their reaped children."""
+    root_pid = os.getpid() if root_pid is None else root_pid
+    children: dict[int, list[int]] = {}
+    times: dict[int, tuple[float, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        found = _proc_times(int(entry.name))
+        if found is not None:
+            times[int(entry.name)] = found[:2]
+            children.setdefault(found[2], []).append(int(entry.name))
+    total, pending = 0.0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        own, reaped = times.get(pid, (0.0, 0.0))
+        total += own + reaped
+        pending.extend(children.get(pid, []))
+    return total
+
+
+def snapshot() -> CpuSnapshot:
+    found = read_cgroup()
+    return CpuSnapshot(
+        taken=time.monotonic(),
+        tree_seconds=process_tree_seconds(),
+        cgroup=found[0] if found else None,
+        cgroup_path=found[1] if found else None,
+    )
+
+
+def received(start: CpuSnapshot, end: CpuSnapshot) -> dict[str, Any]:
+    """summary.json's ``cpu_received``: what the run got between two snapshots.
+
+    >>> a = CpuSnapshot(10.0, 5.0, {"usage_seconds": 1.0, "periods": 0.0, "throttled_periods": 0.0,
+    ...                             "throttled_seconds": 0.0}, "/sys/fs/cgroup/cpu")
+    >>> b = CpuSnapshot(20.0, 9.0, {"usage_seconds": 6.0, "periods": 100.0, "throttled_periods": 40.0,
+    ...                             "throttled_seconds": 2.5}, "/sys/fs/cgroup/cpu")
+    >>> r = received(a, b)
+    >>> r["cpu_seconds"], r["cores_used"], r["process_tree_seconds"], r["throttled_fraction"]
+    (5.0, 0.5, 4.0, 0.4)
+    """
+    wall = max(end.taken - start.taken, 1e-9)
+    document: dict[str, Any] = {
+        "wall_seconds": wall,
+        "process_tree_seconds": end.tree_seconds - start.tree_seconds,
+        "source": "process_tree",
+    }
+    if start.cgroup is not None and end.cgroup is not None:
+        delta = {key: end.cgroup[key] - start.cgroup[key] for key in start.cgroup}
+        document.update(
+            source="cgroup",
+            cgroup=end.cgroup_path,
+            cpu_seconds=delta["usage_seconds"],
+            periods=int(delta["periods"]),
+            throttled_periods=int(delta["throttled_periods"]),
+            throttled_seconds=delta["throttled_seconds"],
+            throttled_fraction=delta["throttled_periods"] / delta["periods"] if delta["periods"] else 0.0,
+        )
+    else:
+        document["cpu_seconds"] = document["process_tree_seconds"]
+    document["cores_used"] = document["cpu_seconds"] / wall
+    return document
