@@ -22,8 +22,14 @@ SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
 # Locally the study's 16 vCPUs are shared out among the peers (docs/architecture.md).
 LOCAL_VCPU_BUDGET = 16
+# Cores of this machine left to the local cluster's infrastructure (Ceph, Prometheus, the controller) when the
+# peers' containers are scaled down to fit: measured in docs/fair-cpu.md.
+LOCAL_INFRA_RESERVE_CORES = 0.25
+# Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
+LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
 
-# name: (kind, default). Kinds: int (>= 1), int0 (>= 0), float (> 0), bool, str, or a tuple of choices.
+# name: (kind, default). Kinds: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, or a tuple
+# of choices.
 VARIABLES: dict[str, tuple[Any, Any]] = {
     "peers": ("int", 8),
     "strategy": (STRATEGIES, "hivemind"),
@@ -53,6 +59,8 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "monitoring": ("bool", True),
     "measure_bandwidth": ("bool", True),
     "results_root": ("str", None),
+    "bandwidth_mbit": ("float", None),
+    "latency_ms": ("float0", None),
 }
 # Settings handed to every trainer unchanged (RunConfig field names).
 TRAINER_FIELDS = (
@@ -96,13 +104,16 @@ def _parse(name: str, kind: Any, value: Any) -> Any:
         if number < low:
             raise ValueError(f"{name} must be >= {low} (got {number})")
         return number
-    if kind == "float":
+    if kind in ("float", "float0"):
         try:
             number = float(text)
         except ValueError:
             raise ValueError(f"{name} must be a number (got {text!r})") from None
-        if not math.isfinite(number) or number <= 0:
-            raise ValueError(f"{name} must be a positive number (got {text!r})")
+        if kind == "float0" and math.isfinite(number) and number >= 0:
+            return number
+        if not math.isfinite(number) or number <= 0 or kind == "float0":
+            sign = "a number >= 0" if kind == "float0" else "a positive number"
+            raise ValueError(f"{name} must be {sign} (got {text!r})")
         return number
     if kind == "bool":
         if isinstance(value, bool):
@@ -132,33 +143,42 @@ def _parse_all(raw: dict[str, Any], errors: list[str], invalid: set[str]) -> dic
     return settings
 
 
-def _cpuset(index: int, threads: int, host_cores: int) -> str:
-    """Cores for the index-th container.
-
-    Consecutive peers start on different cores, so that each peer's pinned threads (the trainer pins itself to
-    the first cores it may use) spread over the machine."""
-    first = (index * threads) % host_cores
-    return ",".join(str((first + k) % host_cores) for k in range(min(threads, host_cores)))
+def _host_links(host: str, hv: dict[str, Any], errors: list[str]) -> dict[str, float | None]:
+    """A host's link settings (None: unshaped), each problem reported with the host's name."""
+    links: dict[str, float | None] = {}
+    for name in LINK_FIELDS:
+        value = hv.get(name)
+        links[name] = None
+        if value in (None, "", UNSET):
+            continue
+        try:
+            links[name] = _parse(name, VARIABLES[name][0], value)
+        except ValueError as exc:
+            errors.append(f"{host}: {exc}")
+    return links
 
 
 def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
     """Check and complete the experiment's settings; plan the hosts the run uses.
 
     ``raw``: the playbook variables as given (missing ones as UNSET or absent).
-    ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb),
+    ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
+    bandwidth_mbit, latency_ms), ``can_delay`` (the local kernel has netem), ``shaped_non_peers`` (hosts
+    outside group peers that carry link settings),
     ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``timestamp``
     (UTC, ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
 
     Returns ``errors`` (empty when everything is valid), ``settings`` (every variable, typed, with defaults),
     ``experiment_id``, ``hosts`` (the peers used, in order), ``plan`` (per host: address, vcpus, cpus_limit,
-    threads, memory_mb, cpuset), ``trainer_settings``, ``warnings``.
+    threads, memory_mb, cpuset (always None: no pinning), bandwidth_mbit, latency_ms), ``trainer_settings``,
+    ``warnings``.
 
     >>> hosts = ["peer-01", "peer-02"]
     >>> size = {"cluster_address": "10.0.0.1", "vcpus": 2, "memory_mb": 2048}
     >>> inv = {"peers": hosts, "local": True, "host_cores": 2, "hostvars": {h: size for h in hosts}}
     >>> result = testbed_experiment({"peers": "2", "model": "smallcnn"}, inv)
     >>> result["errors"], result["hosts"], result["plan"]["peer-02"]["cpus_limit"]
-    ([], ['peer-01', 'peer-02'], 1.0)
+    ([], ['peer-01', 'peer-02'], 0.875)
     >>> testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]
     ["strategy must be one of hivemind|baseline (got 'ring')", 'peers must be >= 1 (got 0)']
     >>> testbed_experiment({"peers": "3"}, inv)["errors"]
@@ -194,22 +214,46 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
     count = 1 if settings["strategy"] == "baseline" else settings["peers"]
     hosts = inventory_peers[:count] if not errors else []
+    # locally a host without its own vcpus gets the study's budget shared out; a VM must say its size
+    required = ("cluster_address", "memory_mb") if local else ("cluster_address", "vcpus", "memory_mb")
     for host in hosts:
         hv = hostvars.get(host) or {}
-        for field in ("cluster_address", "vcpus", "memory_mb"):
+        for field in required:
             if hv.get(field) in (None, ""):
                 errors.append(f"inventory host {host} has no {field}")
 
-    if settings["vcpus"] is None:
-        if local:
-            settings["vcpus"] = max(1, LOCAL_VCPU_BUDGET // max(1, settings["peers"]))
-        elif hosts and not errors:
-            settings["vcpus"] = min(int(hostvars[h]["vcpus"]) for h in hosts)
-    if not local and settings["vcpus"] is not None:
-        for host in hosts:
-            host_vcpus = hostvars.get(host, {}).get("vcpus")
-            if host_vcpus not in (None, "") and settings["vcpus"] > int(host_vcpus):
-                errors.append(f"vcpus={settings['vcpus']} exceeds the {host_vcpus} vCPUs of {host}")
+    explicit_vcpus = settings["vcpus"]
+    local_default = max(1, LOCAL_VCPU_BUDGET // max(1, settings["peers"]))
+    declared: dict[str, int] = {}
+    for host in hosts:
+        host_vcpus = (hostvars.get(host) or {}).get("vcpus")
+        if explicit_vcpus is not None:
+            declared[host] = explicit_vcpus
+            if not local and host_vcpus not in (None, "") and explicit_vcpus > int(host_vcpus):
+                errors.append(f"vcpus={explicit_vcpus} exceeds the {host_vcpus} vCPUs of {host}")
+        elif host_vcpus not in (None, ""):
+            try:
+                declared[host] = _parse("vcpus", "int", host_vcpus)
+            except ValueError as exc:
+                errors.append(f"{host}: {exc}")
+        else:
+            declared[host] = local_default
+    if explicit_vcpus is None and declared:
+        sizes = set(declared.values())
+        # equal peers: one number; heterogeneous peers: the smallest, and experiment.json's hosts say each
+        settings["vcpus"] = min(sizes) if len(sizes) > 1 else sizes.pop()
+
+    links = {host: _host_links(host, hostvars.get(host) or {}, errors) for host in hosts}
+    for host in inventory.get("shaped_non_peers") or []:
+        errors.append(f"{host} has link settings ({'/'.join(LINK_FIELDS)}) but is not in group peers")
+    if local and not inventory.get("can_delay", False):
+        delayed = [host for host in hosts if links[host]["latency_ms"]]
+        if delayed:
+            errors.append(
+                f"latency_ms cannot be emulated on the local cluster: this kernel has no netem (tc qdisc "
+                f"netem); {', '.join(delayed)} asked for it. Leave latency_ms out here, or run on VMs whose "
+                "kernel has netem"
+            )
 
     experiment_id = settings["experiment_id"] or "-".join(
         [
@@ -226,31 +270,37 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
     plan: dict[str, dict[str, Any]] = {}
     if not errors:
-        declared = settings["vcpus"]
-        scale = 1.0
-        if local and declared * count > host_cores:
-            scale = host_cores / (declared * count)
+        total = sum(declared.values())
+        # Locally the peers share this machine by CFS quota only, no pinning: equal peers get equal CPU
+        # wherever the scheduler runs them, and a reserve stays for Ceph, Prometheus and the controller
+        # (docs/fair-cpu.md has the measurements behind this).
+        budget = max(host_cores - LOCAL_INFRA_RESERVE_CORES, 0.1 * host_cores)
+        scale = min(1.0, budget / total) if local else 1.0
+        if local and scale < 1.0:
             warnings.append(
-                f"the {count} containers ask for {declared * count} CPUs but this machine has {host_cores}: "
-                f"each gets --cpus {declared * scale:.2f} instead of {declared}; timings are NOT comparable "
-                "with the study's VMs"
+                f"the {count} containers ask for {total} CPUs but this machine has {host_cores} "
+                f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets --cpus scaled by "
+                f"{scale:.3f}; timings are NOT comparable with the study's VMs"
             )
-        for index, host in enumerate(hosts):
+        for host in hosts:
             hv = hostvars[host]
-            cpus_limit = round(declared * scale, 3) if local else float(declared)
-            threads = max(1, min(declared, math.ceil(cpus_limit), host_cores if local else declared))
+            vcpus = declared[host]
+            cpus_limit = round(vcpus * scale, 3) if local else float(vcpus)
+            threads = max(1, min(vcpus, math.ceil(cpus_limit), host_cores if local else vcpus))
             plan[host] = {
                 "address": hv["cluster_address"],
-                "vcpus": declared,
+                "vcpus": vcpus,
                 "cpus_limit": cpus_limit,
                 "threads": threads,
                 "memory_mb": int(hv["memory_mb"]),
-                "cpuset": _cpuset(index, threads, host_cores) if local else None,
+                "cpuset": None,
+                **links[host],
             }
-        if local and any(p["threads"] < declared for p in plan.values()):
+        reduced = {f"{p['vcpus']} to {p['threads']}" for p in plan.values() if p["threads"] < p["vcpus"]}
+        if local and reduced:
             warnings.append(
-                f"trainer threads reduced from {declared} to {next(iter(plan.values()))['threads']} per peer "
-                "(a container cannot use more cores than its CPU limit); experiment.json records both"
+                f"trainer threads reduced from {', '.join(sorted(reduced))} per peer (a container cannot use "
+                "more cores than its CPU limit); experiment.json records both"
             )
 
     trainer_settings = {name: settings[name] for name in TRAINER_FIELDS if settings[name] is not None}
@@ -272,7 +322,12 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
 def testbed_host_size(hostvars: Any) -> dict[str, Any]:
     """The inventory variables validation needs from one host's hostvars (missing ones as None)."""
-    return {name: hostvars.get(name) for name in ("cluster_address", "vcpus", "memory_mb")}
+    return {name: hostvars.get(name) for name in ("cluster_address", "vcpus", "memory_mb", *LINK_FIELDS)}
+
+
+def testbed_shaped_hosts(hosts: list[str], hostvars: Any) -> list[str]:
+    """The hosts that carry link settings (validation refuses them outside group peers)."""
+    return [h for h in hosts if any(hostvars[h].get(name) not in (None, "") for name in LINK_FIELDS)]
 
 
 class FilterModule:
@@ -281,4 +336,5 @@ class FilterModule:
             "testbed_experiment": testbed_experiment,
             "testbed_variable_names": testbed_variable_names,
             "testbed_host_size": testbed_host_size,
+            "testbed_shaped_hosts": testbed_shaped_hosts,
         }

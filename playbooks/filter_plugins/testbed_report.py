@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "averaging_seconds")
+# Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
+FAIR_CPU_SPREAD = 0.10
 
 
 def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[str, Any]]:
@@ -35,15 +37,58 @@ def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[s
     return entries
 
 
-def testbed_host_records(plan: dict[str, dict[str, Any]], hostvars: Any) -> dict[str, dict[str, Any]]:
-    """experiment.json's ``hosts``: the plan per host plus the kernel the run play saw."""
+def testbed_host_records(
+    plan: dict[str, dict[str, Any]], hostvars: Any, entries: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """experiment.json's ``hosts``: the plan per host, the kernel the run play saw, the link shaping applied
+    and removed, and the CPU the host's trainer received (its summary's ``cpu_received``)."""
+    received = {e["peer"]: (e.get("summary") or {}).get("cpu_received") for e in entries or []}
     records = {}
     for host, entry in plan.items():
         record = dict(entry)
-        run = hostvars[host].get("testbed_run_record") or {}
+        facts = hostvars[host]
+        run = facts.get("testbed_run_record") or {}
         record["kernel"] = run.get("kernel", "")
+        if facts.get("link_shaping_applied"):
+            record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
+        record["cpu_received"] = received.get(host) or received.get("baseline" if len(plan) == 1 else host)
         records[host] = record
     return records
+
+
+def testbed_cpu_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether peers declared equal were served equally: per group of equal vCPUs, the spread of the cores
+    they used over the run ((max - min) / max of CPU seconds per wall second); a warning above 10 %.
+
+    >>> def entry(peer, cores):
+    ...     return {"peer": peer, "summary": {"cpu_received": {"cores_used": cores}}}
+    >>> plan = {p: {"vcpus": 4} for p in ("peer-01", "peer-02", "peer-03")}
+    >>> entries = [entry("peer-01", 0.5), entry("peer-02", 0.48), entry("peer-03", 0.3)]
+    >>> fair = testbed_cpu_fairness(entries, plan)
+    >>> fair["groups"]["4"]["spread"], fair["warnings"][0][:45]
+    (0.4, 'peers declared with 4 vCPUs were served unequ')
+    """
+    groups: dict[str, dict[str, float]] = {}
+    for entry in entries:
+        cpu = (entry.get("summary") or {}).get("cpu_received") or {}
+        host = entry["peer"] if entry["peer"] in plan else next(iter(plan), entry["peer"])
+        if cpu.get("cores_used") is None or host not in plan:
+            continue
+        groups.setdefault(str(plan[host]["vcpus"]), {})[entry["peer"]] = float(cpu["cores_used"])
+    document: dict[str, Any] = {"limit": FAIR_CPU_SPREAD, "groups": {}, "warnings": []}
+    for vcpus, used in groups.items():
+        top, bottom = max(used.values()), min(used.values())
+        spread = round((top - bottom) / top, 4) if top > 0 else 0.0
+        document["groups"][vcpus] = {"cores_used": used, "spread": spread}
+        if len(used) > 1 and spread > FAIR_CPU_SPREAD:
+            low = min(used, key=used.__getitem__)
+            high = max(used, key=used.__getitem__)
+            document["warnings"].append(
+                f"peers declared with {vcpus} vCPUs were served unequally: {low} used {bottom:.3f} cores, "
+                f"{high} {top:.3f} ({spread:.0%} apart, limit {FAIR_CPU_SPREAD:.0%}); compare their timings "
+                "with care"
+            )
+    return document
 
 
 def _number(value: Any, digits: int) -> str:
@@ -66,7 +111,7 @@ def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, res
     """
     header = (
         f"{'peer':<10} {'steps':>6} {'samples/s':>10} {'step s':>8} {'data s':>8} {'compute s':>9} "
-        f"{'averag. s':>9} {'rounds ok/failed':>16} {'final loss':>10}  exit reason"
+        f"{'averag. s':>9} {'rounds ok/failed':>16} {'final loss':>10} {'cores':>6} {'thr %':>5}  exit reason"
     )
     lines = [f"Experiment {experiment_id} (results in {results_dir})", header]
     for entry in entries:
@@ -78,10 +123,14 @@ def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, res
         means = [_number((components.get(name) or {}).get("mean"), 3) for name in COMPONENTS]
         rounds = f"{summary.get('rounds_ok', '-')}/{summary.get('rounds_failed', '-')}"
         rate = _number(summary.get("samples_per_second"), 2)
+        cpu = summary.get("cpu_received") or {}
+        throttled = cpu.get("throttled_fraction")
         lines.append(
             f"{entry['peer']:<10} {summary.get('steps', '-'):>6} {rate:>10} "
             f"{means[0]:>8} {means[1]:>8} {means[2]:>9} {means[3]:>9} {rounds:>16} "
-            f"{_number(summary.get('final_loss'), 4):>10}  {summary.get('exit_reason', '-')}"
+            f"{_number(summary.get('final_loss'), 4):>10} {_number(cpu.get('cores_used'), 3):>6} "
+            f"{_number(None if throttled is None else 100 * throttled, 0):>5}  "
+            f"{summary.get('exit_reason', '-')}"
         )
     return lines
 
@@ -91,5 +140,6 @@ class FilterModule:
         return {
             "testbed_read_summaries": testbed_read_summaries,
             "testbed_host_records": testbed_host_records,
+            "testbed_cpu_fairness": testbed_cpu_fairness,
             "testbed_summary_table": testbed_summary_table,
         }

@@ -55,9 +55,12 @@ def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_mac
     assert result["settings"]["vcpus"] == 2
     assert result["hosts"] == hosts[:8]
     plan = result["plan"]
-    assert sum(entry["cpus_limit"] for entry in plan.values()) == pytest.approx(2.0)
+    # equal quotas that leave the infrastructure its reserve, and no pinning (docs/fair-cpu.md)
+    reserve = validation.LOCAL_INFRA_RESERVE_CORES
+    assert sum(entry["cpus_limit"] for entry in plan.values()) == pytest.approx(2.0 - reserve, abs=0.01)
+    assert len({entry["cpus_limit"] for entry in plan.values()}) == 1
     assert {entry["threads"] for entry in plan.values()} == {1}
-    assert [entry["cpuset"] for entry in plan.values()][:2] == ["0", "1"]
+    assert {entry["cpuset"] for entry in plan.values()} == {None}
     assert any("NOT comparable" in warning for warning in result["warnings"])
 
 
@@ -73,3 +76,54 @@ def test_a_baseline_uses_one_host_and_a_real_cluster_keeps_its_vcpus():
     assert result["plan"]["peer-01"]["cpus_limit"] == 4.0
     too_many = validation.testbed_experiment({"peers": "2", "vcpus": "8"}, inventory)
     assert "vcpus=8 exceeds the 4 vCPUs of peer-01" in too_many["errors"]
+
+
+def _local_inventory(count: int, **per_host: dict) -> dict:
+    hosts = [f"peer-{i:02d}" for i in range(1, count + 1)]
+    base = {"cluster_address": "10.89.64.101", "memory_mb": 2048}
+    hostvars = {host: {**base, **per_host.get(host.replace("-", "_"), {})} for host in hosts}
+    return {"peers": hosts, "local": True, "host_cores": 2, "hostvars": hostvars}
+
+
+def test_heterogeneous_peers_keep_their_ratio_and_their_links():
+    """2 fast and 2 slow peers: per-host vCPUs and bandwidth from the inventory, quotas in the same ratio."""
+    validation = _load_validation()
+    slow = {"vcpus": 1, "bandwidth_mbit": "20"}
+    inventory = _local_inventory(4, peer_03=slow, peer_04=slow)
+    result = validation.testbed_experiment({"peers": "4"}, inventory)
+    assert result["errors"] == []
+    plan = result["plan"]
+    assert [plan[h]["vcpus"] for h in result["hosts"]] == [4, 4, 1, 1]
+    assert plan["peer-01"]["cpus_limit"] == pytest.approx(4 * plan["peer-03"]["cpus_limit"], rel=0.01)
+    assert [plan[h]["bandwidth_mbit"] for h in result["hosts"]] == [None, None, 20.0, 20.0]
+    assert result["settings"]["vcpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "per_host", "extra", "message"),
+    [
+        ({"bandwidth_mbit": "-5"}, {}, {}, "bandwidth_mbit must be a positive number (got '-5')"),
+        ({"bandwidth_mbit": "fast"}, {}, {}, "bandwidth_mbit must be a number (got 'fast')"),
+        ({"latency_ms": "-1"}, {}, {}, "latency_ms must be a number >= 0 (got '-1')"),
+        ({}, {"peer_02": {"bandwidth_mbit": "0"}}, {}, "peer-02: bandwidth_mbit must be a positive number"),
+        ({}, {}, {"shaped_non_peers": ["peer-99"]}, "peer-99 has link settings"),
+        ({}, {"peer_01": {"latency_ms": "20"}}, {}, "latency_ms cannot be emulated on the local cluster"),
+    ],
+)
+def test_bad_link_settings_are_refused(raw, per_host, extra, message):
+    validation = _load_validation()
+    inventory = {**_local_inventory(2, **per_host), **extra}
+    hostvars = inventory["hostvars"]
+    for name in ("bandwidth_mbit", "latency_ms"):  # -e reaches every host's hostvars, as in Ansible
+        if name in raw:
+            for host in hostvars:
+                hostvars[host][name] = raw[name]
+    errors = validation.testbed_experiment({"peers": "2", **raw}, inventory)["errors"]
+    assert any(message in error for error in errors), errors
+
+
+def test_latency_is_accepted_where_the_kernel_can_delay():
+    validation = _load_validation()
+    inventory = {**_local_inventory(2, peer_01={"latency_ms": "20"}), "can_delay": True}
+    result = validation.testbed_experiment({"peers": "2"}, inventory)
+    assert result["errors"] == [] and result["plan"]["peer-01"]["latency_ms"] == 20.0
