@@ -295,7 +295,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except (ValueError, KeyError):
         parser.error("--peers takes integers, --local-updates off and/or on")
     available = sorted(os.sched_getaffinity(0))
-    if args.total_vcpus > len(available):
+    if args.total_vcpus > len(available) and not args.table_only:
         parser.error(f"--total-vcpus {args.total_vcpus}: this process may use only {len(available)} cores")
     bad = [n for n in args.peer_counts if n < 1 or args.total_vcpus % n]
     if bad:

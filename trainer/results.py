@@ -45,7 +45,40 @@ ROUND_COLUMNS = (
     "allreduce_seconds",
     "blocking_seconds",
     "error",
+    "cause",
 )
+#: why a round failed (rounds.csv ``cause``; empty for ok rounds), from what the round's averager saw:
+#: no_group (matchmaking ended without a group: the all-reduce never began), allreduce_timeout (the group's
+#: all-reduce ran out of time), peer_left (the all-reduce began and failed: a member went away or refused
+#: its part), other (anything else; the ``error`` column has the exception text). docs/hivemind-behaviour.md.
+ROUND_CAUSES = ("no_group", "allreduce_timeout", "peer_left", "other")
+
+
+def failure_cause(outcome: str, allreduce_seconds: float | None, error: str | None) -> str:
+    """The ``cause`` of a round that was not ok (see ROUND_CAUSES).
+
+    >>> failure_cause("timeout", None, "TimeoutError: ")
+    'no_group'
+    >>> failure_cause("timeout", 2.5, "TimeoutError: ")
+    'allreduce_timeout'
+    >>> failure_cause("failed", 0.3, "AllreduceException: peer disconnected")
+    'peer_left'
+    >>> failure_cause("failed", None, "ValueError: bad tensor")
+    'other'
+    """
+    if outcome == "ok":
+        return ""
+    began = allreduce_seconds is not None
+    text = (error or "").lower()
+    if not began and (outcome == "timeout" or "group" in text or "matchmaking" in text):
+        return "no_group"
+    if began and outcome == "timeout":
+        return "allreduce_timeout"
+    if began:
+        return "peer_left"
+    return "other"
+
+
 EVAL_COLUMNS = ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy")
 COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "optimizer_seconds", "averaging_seconds")
 ROUND_KINDS = ("gradients", "parameters")
@@ -101,6 +134,7 @@ class RoundRecord:
     :param allreduce_seconds: time of the all-reduce itself (None when not measured)
     :param blocking_seconds: time the training step was blocked by this round (None when not measured)
     :param error: a short error text for failed rounds (None when ok)
+    :param cause: why it failed, one of ROUND_CAUSES ("" when ok); derived when not given
     """
 
     timestamp: float
@@ -112,6 +146,11 @@ class RoundRecord:
     allreduce_seconds: float | None = None
     blocking_seconds: float | None = None
     error: str | None = None
+    cause: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cause is None:
+            self.cause = failure_cause(self.outcome, self.allreduce_seconds, self.error)
 
 
 @dataclass
@@ -325,12 +364,15 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
     header = next(reader, None)
     if header is None:
         return []
-    if tuple(header) != columns:
+    # columns are only ever added at the end: files written before an addition read with None for it
+    if tuple(header) != columns[: len(header)] or not header:
         raise ValueError(f"{path}: unexpected columns {header}, expected {list(columns)}")
+    missing = dict.fromkeys(columns[len(header) :])
     for cells in reader:
-        if len(cells) != len(columns):
+        if len(cells) != len(header):
             continue
-        rows.append({name: _parse(name, cell) for name, cell in zip(columns, cells, strict=True)})
+        row = {name: _parse(name, cell) for name, cell in zip(header, cells, strict=True)}
+        rows.append({**row, **missing})
     return rows
 
 

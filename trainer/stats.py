@@ -46,6 +46,7 @@ class RunStats:
     time_to_target_loss_seconds: float | None = None
     rounds_ok: int = 0
     rounds_failed: int = 0
+    rounds_failed_by_cause: dict[str, int] = field(default_factory=dict)
     final_val_loss: float | None = None
     final_val_accuracy: float | None = None
     components: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in COMPONENTS})
@@ -84,6 +85,8 @@ class RunStats:
             self.rounds_ok += 1
         else:
             self.rounds_failed += 1
+            cause = record.cause or "other"
+            self.rounds_failed_by_cause[cause] = self.rounds_failed_by_cause.get(cause, 0) + 1
 
     def add_eval(self, val_loss: float, val_accuracy: float) -> None:
         self.final_val_loss = val_loss
@@ -136,6 +139,7 @@ class RunStats:
             "hivemind_epoch": self.hivemind_epoch,
             "rounds_ok": self.rounds_ok,
             "rounds_failed": self.rounds_failed,
+            "rounds_failed_by_cause": dict(self.rounds_failed_by_cause),
             "final_val_loss": self.final_val_loss,
             "final_val_accuracy": self.final_val_accuracy,
             "components": self.component_summary(),

@@ -244,7 +244,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         settings["vcpus"] = min(sizes) if len(sizes) > 1 else sizes.pop()
 
     links = {host: _host_links(host, hostvars.get(host) or {}, errors) for host in hosts}
-    for host in inventory.get("shaped_non_peers") or []:
+    # a -e value reaches every host, the monitor too: only host variables outside group peers are mistakes
+    given_for_all = any(raw.get(name) not in (None, "", UNSET) for name in LINK_FIELDS)
+    for host in [] if given_for_all else inventory.get("shaped_non_peers") or []:
         errors.append(f"{host} has link settings ({'/'.join(LINK_FIELDS)}) but is not in group peers")
     if local and not inventory.get("can_delay", False):
         delayed = [host for host in hosts if links[host]["latency_ms"]]
@@ -325,9 +327,9 @@ def testbed_host_size(hostvars: Any) -> dict[str, Any]:
     return {name: hostvars.get(name) for name in ("cluster_address", "vcpus", "memory_mb", *LINK_FIELDS)}
 
 
-def testbed_shaped_hosts(hosts: list[str], hostvars: Any) -> list[str]:
-    """The hosts that carry link settings (validation refuses them outside group peers)."""
-    return [h for h in hosts if any(hostvars[h].get(name) not in (None, "") for name in LINK_FIELDS)]
+def testbed_shaped_hosts(hosts: list[str], hostvars: Any, fields: Any = LINK_FIELDS) -> list[str]:
+    """The hosts that carry any of the link settings ``fields`` with a value other than none/0."""
+    return [h for h in hosts if any(hostvars[h].get(name) not in (None, "", 0, "0") for name in fields)]
 
 
 class FilterModule:

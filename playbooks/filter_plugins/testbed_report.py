@@ -132,6 +132,14 @@ def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, res
             f"{_number(None if throttled is None else 100 * throttled, 0):>5}  "
             f"{summary.get('exit_reason', '-')}"
         )
+    causes = {
+        entry["peer"]: ", ".join(f"{cause} {count}" for cause, count in sorted(by_cause.items()))
+        for entry in entries
+        if (by_cause := (entry.get("summary") or {}).get("rounds_failed_by_cause"))
+    }
+    if causes:
+        listed = "; ".join(f"{peer}: {text}" for peer, text in causes.items())
+        lines.append(f"failed rounds by cause: {listed}")
     return lines
 
 

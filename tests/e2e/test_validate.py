@@ -27,6 +27,8 @@ def _load_validation():
         ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
         ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
         ({"dataset": "imagenet"}, "dataset must be one of"),
+        ({"bandwidth_mbit": -5}, "bandwidth_mbit must be a positive number (got '-5')"),
+        ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
     ],
 )
 def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_path):

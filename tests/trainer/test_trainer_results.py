@@ -83,8 +83,10 @@ def test_round_trip(tmp_path) -> None:
         "allreduce_seconds": 0.4,
         "blocking_seconds": None,
         "error": None,
+        "cause": None,
     }
     assert rounds[1]["round"] == 2 and rounds[1]["outcome"] == "timeout" and rounds[1]["error"] == "no group"
+    assert rounds[1]["cause"] == "no_group"  # no all-reduce began: matchmaking found nobody
     assert read_evals(tmp_path)[0]["val_accuracy"] == 0.75
     assert is_complete(tmp_path) and read_summary(tmp_path)["exit_reason"] == "max_steps"
 

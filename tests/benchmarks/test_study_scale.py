@@ -1,0 +1,57 @@
+"""benchmarks/study_scale.py at CI size: 2 Hivemind peers × 1 core beside their solo reference and the 2-core
+baseline, as pinned `trainer run` processes; the results directory is one `trainer report` reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.hivemind]
+
+
+def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(900)
+def test_two_peers_on_one_core_each_against_their_references(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    out = tmp_path / "study-scale"
+    small = ["--total-vcpus", "2", "--peers", "2", "--local-updates", "off", "--model", "smallcnn"]
+    small += ["--steps", "48", "--target-batch-size", "512", "--out", str(out)]
+    run = _run("benchmarks/study_scale.py", *small)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith(("base ", "p2-"))]
+    rows = {cells[0]: cells for cells in lines}
+    assert set(rows) == {"base", "p2-solo", "p2-luoff"}, run.stdout
+    assert float(rows["base"][3]) > 0 and float(rows["p2-solo"][3]) > 0
+    hivemind = rows["p2-luoff"]
+    ok, failed = (int(v) for v in hivemind[9].split("/"))
+    assert ok > 0, run.stdout
+    local_ratio = float(hivemind[13])  # measured: the peers' samples/s over the solo reference's
+    assert 0 < local_ratio < 2, run.stdout
+
+    # each process was pinned to its own core and recorded what it received
+    experiment = json.loads((out / "p2-luoff" / "experiment.json").read_text())
+    assert experiment["complete"] is True and experiment["placement"]["cores"] == [[0], [1]]
+    for peer, cores in (("peer-01", [0]), ("peer-02", [1])):
+        config = json.loads((out / "p2-luoff" / peer / "config.json").read_text())
+        assert config["cpu"]["affinity"] == cores and config["cpu"]["threads"] == 1
+        cpu = json.loads((out / "p2-luoff" / peer / "summary.json").read_text())["cpu_received"]
+        assert 0 < cpu["process_tree_seconds"] <= 1.1 * cpu["wall_seconds"], cpu  # one core at most
+
+    # complete configurations are kept on a second call; the report reads the directory
+    again = _run("benchmarks/study_scale.py", *small, "--only", "base")
+    assert again.returncode == 0 and "base: complete" in again.stdout, again.stdout
+    report = _run("-m", "trainer", "report", str(out), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
