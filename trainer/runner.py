@@ -55,6 +55,7 @@ class RunSession:
         self.start_wait: float | None = None
         self.exit_detail: str | None = None
         self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
+        self.cpu_at_loop_end: cpu_usage.CpuSnapshot | None = None
 
     # ---------------------------------------------------------------- phases
 
@@ -145,6 +146,8 @@ class RunSession:
                 signals=self.signals,
             )
             exit_reason = loop.run(clock_origin=self.barrier_release)
+            # the CPU received while training, not while finishing (a peer may serve averaging for a while)
+            self.cpu_at_loop_end = cpu_usage.snapshot()
             evaluate_at_end(loop, exit_reason, config.eval_every)
             exit_code = EXIT_OK
         except (StopRequested, KeyboardInterrupt):
@@ -203,11 +206,12 @@ class RunSession:
         self.writer.close()
 
     def _cpu_received(self) -> dict[str, Any] | None:
-        """The CPU this run got from the start barrier's release to now, next to what it was promised."""
+        """The CPU this run got from the start barrier's release to the loop's end (or now, when the loop did
+        not end normally), next to what it was promised."""
         if self.cpu_at_release is None:
             return None
         try:
-            document = cpu_usage.received(self.cpu_at_release, cpu_usage.snapshot())
+            document = cpu_usage.received(self.cpu_at_release, self.cpu_at_loop_end or cpu_usage.snapshot())
         except OSError as exc:
             log.warning("could not read the CPU received: %s", exc)
             return None

@@ -16,6 +16,7 @@ MODULES = [
     "trainer.data",
     "trainer.shutdown",
     "trainer.strategies.baseline",
+    "trainer.cpu_usage",
 ]
 
 
