@@ -21,6 +21,7 @@ from trainer.report_metrics import (
     total,
     wall_seconds,
 )
+from trainer.results import ROUND_CAUSES
 from trainer.stats import percentile
 
 BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
@@ -95,7 +96,16 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "time_to_target_seconds": time_to_target(analysis.curves[e.experiment_id], target),
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),
+        # why they failed (rounds.csv `cause`; files written before it existed count as other)
+        **{f"failed_{cause}": sum(_cause(row) == cause for row in rounds) for cause in ROUND_CAUSES},
     }
+
+
+def _cause(row: dict[str, Any]) -> str | None:
+    """A round's failure cause (None for an ok round; other for files written before the column existed)."""
+    if row.get("outcome") in (None, "ok"):
+        return None
+    return row.get("cause") or "other"
 
 
 def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:

@@ -95,7 +95,7 @@ MULTIADDRS_FILE = "multiaddrs.txt"
 RESULT_FILES = (CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE)
 
 _INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size"}
-_TEXT_COLUMNS = {"kind", "outcome", "error"}
+_TEXT_COLUMNS = {"kind", "outcome", "error", "cause"}
 
 
 @dataclass

@@ -220,8 +220,8 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
     assert _check_averaging(results, peers) == []
 
     # Issue 12, fair CPU: four equal peers, with Ceph, Prometheus and the controller running beside them,
-    # received about equal CPU (their containers' cgroups, over each training loop). This 10 s run is too short
-    # for the 10 % the playbook warns at (docs/fair-cpu.md: 21 % in such a run, 13 % over the 8-peer demo);
+    # received about equal CPU (their containers' cgroups, over each training loop). This 10 s run is too
+    # short for the 10 % the playbook warns at (docs/fair-cpu.md: 21 % in such a run, 13 % in the demo);
     # 25 % still fails the pinning this replaced, which gave some equal peers a third of the others' CPU.
     fairness = experiment["cpu_fairness"]
     group = fairness["groups"][str(experiment["hosts"]["peer-01"]["vcpus"])]

@@ -216,3 +216,33 @@ def test_results_without_experiment_json_are_read_from_config_json(baseline_resu
     assert experiment.experiment_id == "plain"
     assert experiment.is_baseline and experiment.complete
     assert experiment.comparison_key() == ("smallcnn", "synthetic", 16, 0.002)
+
+
+def test_report_counts_failed_rounds_by_cause(tmp_path):
+    """experiments.csv counts each experiment's failed rounds per cause (rounds.csv `cause`)."""
+    from trainer.results import ResultsWriter, RoundRecord, StepRecord
+
+    results = tmp_path / "results" / "hm-causes"
+    for peer in ("peer-01", "peer-02"):
+        writer = ResultsWriter(results / peer)
+        writer.start_clock(1000.0)
+        for step in range(1, 11):
+            times = {"data_seconds": 0.01, "compute_seconds": 0.1, "optimizer_seconds": 0.2}
+            writer.write_step(
+                StepRecord(step=step, timestamp=1000.0 + step, **times, averaging_seconds=0.1,
+                           step_seconds=0.31, samples=16, loss=2.0 - 0.1 * step, hivemind_epoch=step // 5,
+                           peers=2)
+            )  # fmt: skip
+        rounds = ((1003.0, "ok", 0.2), (1006.0, "timeout", None), (1009.0, "failed", 0.2))
+        for when, outcome, allreduce in rounds:
+            round_record = RoundRecord(when, 0, "gradients", outcome, allreduce_seconds=allreduce)
+            writer.write_round(round_record)
+        writer.close()
+    settings = {"model": "smallcnn"}
+    write_experiment_json(results, strategy="hivemind", peers=2, settings=settings, complete=True)
+    completed = trainer("report", str(results.parent), "--out", str(tmp_path / "report"))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    row = rows_by_id(tmp_path / "report" / "experiments.csv")["hm-causes"]
+    assert (row["rounds_ok"], row["rounds_failed"]) == ("2", "4")
+    causes = (row["failed_no_group"], row["failed_peer_left"], row["failed_allreduce_timeout"])
+    assert causes == ("2", "2", "0")
