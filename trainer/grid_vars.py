@@ -21,7 +21,7 @@ DATASET_STORAGES = ("cephfs", "local", "nfs")
 RUNNER_VARS = ("experiment_id", "force", "results_root")
 
 #: every playbook variable a grid may set, in the order runs are printed, with its kind:
-#: int (>= 1), int0 (>= 0), float (> 0), bool, str, or a tuple of choices
+#: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, or a tuple of choices
 VAR_KINDS: dict[str, Any] = {
     "strategy": STRATEGIES,
     "peers": "int",
@@ -48,6 +48,8 @@ VAR_KINDS: dict[str, Any] = {
     "progress_interval": "int",
     "monitoring": "bool",
     "measure_bandwidth": "bool",
+    "bandwidth_mbit": "float",
+    "latency_ms": "float0",
 }
 PLAYBOOK_VARS = tuple(VAR_KINDS)
 
@@ -79,6 +81,10 @@ def _check(kind: Any, value: Any) -> Any:
     if kind in ("int", "int0"):
         return _integer(value, 1 if kind == "int" else 0)
     if kind == "float":
+        return _positive_number(value)
+    if kind == "float0":
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+            return 0.0
         return _positive_number(value)
     if kind == "bool":
         if not isinstance(value, bool):
