@@ -51,7 +51,7 @@ def testbed_host_records(
         record["kernel"] = run.get("kernel", "")
         if facts.get("link_shaping_applied"):
             record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
-        record["cpu_received"] = received.get(host) or received.get("baseline" if len(plan) == 1 else host)
+        record["cpu_received"] = received.get(host) or received.get("baseline")  # a baseline: "baseline"
         records[host] = record
     return records
 
