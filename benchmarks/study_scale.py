@@ -22,10 +22,8 @@ long plan can be split over several calls (``--only``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
 from trainer.results import read_rounds, read_summary  # noqa: E402
 
 
@@ -82,7 +81,7 @@ def trainer_args(
     args: argparse.Namespace, config: Configuration, run_id: str, peer: str, out: Path
 ) -> list[str]:
     command = [
-        sys.executable, "-m", "trainer", "run",
+        *trainer_command(),
         "--strategy", config.strategy,
         "--model", args.model, "--dataset", args.dataset,
         "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate),
@@ -102,29 +101,6 @@ def trainer_args(
     return command
 
 
-def start(command: list[str], cores: list[int], log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS=str(len(cores)), MKL_NUM_THREADS=str(len(cores)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    log = log_path.open("w")
-    return subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: Hivemind's children go with it
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),
-    )
-
-
-def stop_all(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    for process in processes:
-        process.wait()
-
-
 def run_configuration(args: argparse.Namespace, config: Configuration, available: list[int]) -> bool:
     """Run one configuration into ``args.out/config.directory``; True when every process finished."""
     directory = args.out / config.directory
@@ -141,12 +117,10 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
             command = trainer_args(args, config, run_id, name, peer_dir)
             if config.strategy == "hivemind" and index > 0:
                 command += ["--initial-peers", bootstrap]
-            processes.append(start(command, cores, directory / f"{name}.log"))
+            processes.append(start(command, directory / f"{name}.log", cores))
             if config.strategy == "hivemind" and index == 0:
                 bootstrap = wait_for_multiaddr(peer_dir / "multiaddrs.txt", processes[0])
-        deadline = time.monotonic() + args.timeout
-        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
-            time.sleep(1)
+        wait_all(processes, args.timeout)
     finally:
         stop_all(processes)
     complete = all(p.returncode == 0 for p in processes) and all(
@@ -156,17 +130,6 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
         json.dumps(experiment_document(args, config, run_id, blocks, complete, started), indent=2) + "\n"
     )
     return complete
-
-
-def wait_for_multiaddr(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().split()[0]
-        if process.poll() is not None:
-            raise RuntimeError(f"the bootstrap peer exited ({process.returncode}) before writing {path}")
-        time.sleep(0.2)
-    raise RuntimeError(f"no multiaddr in {path} after {timeout} s")
 
 
 def experiment_document(

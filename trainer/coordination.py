@@ -148,11 +148,7 @@ class RunCoordinator:
         if future is not None and future.done():
             self._pending_stop_read = None
             try:
-                for entry in _as_dicts(_unwrap(future.result())).values():
-                    if "epoch" in entry:
-                        self._merge_stop(
-                            StopRequest(int(entry["epoch"]), str(entry.get("reason")), str(entry.get("peer")))
-                        )
+                self._merge_stop_entries(future.result())
             except Exception as exc:  # a failed read is retried at the next poll
                 log.debug("reading the stop key failed: %r", exc)
         now = time.monotonic()
@@ -160,6 +156,26 @@ class RunCoordinator:
             self._last_stop_read = now
             self._pending_stop_read = self.dht.get(self.stop_key, latest=True, return_future=True)
         return self._stop
+
+    def read_stop(self, timeout: float) -> StopRequest | None:
+        """The agreed stop request, read from the DHT now (at most ``timeout`` s; the last known one if the
+        read fails). Called before each epoch update: a background poll issued before a blocking averaging
+        round may not have returned yet when the next epoch comes due, and a peer that passes the stop epoch
+        unaware averages alone until its rounds time out (seen with epochs of a few steps)."""
+        try:
+            self._merge_stop_entries(
+                self.dht.get(self.stop_key, latest=True, return_future=True).result(timeout)
+            )
+        except Exception as exc:
+            log.debug("reading the stop key failed: %r", exc)
+        return self._stop
+
+    def _merge_stop_entries(self, found: Any) -> None:
+        for entry in _as_dicts(_unwrap(found)).values():
+            if "epoch" in entry:
+                self._merge_stop(
+                    StopRequest(int(entry["epoch"]), str(entry.get("reason")), str(entry.get("peer")))
+                )
 
     def _merge_stop(self, request: StopRequest) -> None:
         if self._stop is None or request.epoch < self._stop.epoch:

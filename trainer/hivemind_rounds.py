@@ -10,7 +10,8 @@ Hivemind has no public metric for its averaging rounds, so this module instrumen
 - in the training process, the calls where ``hivemind.Optimizer.step`` waits for a round:
   ``_average_gradients_and_load_into_optimizer`` (a gradient round), the wait for a background parameter
   round inside ``TrainingStateAverager.step``, ``_update_global_epoch`` (the whole epoch transition) and
-  ``load_state_from_peers``;
+  ``load_state_from_peers`` (and ``_should_load_state_from_peers``, to tell when ``step`` found the peer
+  behind: the epoch it lost is written as a failed row with cause ``behind`` or ``state_download``);
 - the state averager's ``_do`` (its background parameter round), to learn which round it runs.
 
 Rounds are matched by the id of their ``StepControl`` (an ``MPFuture`` keeps ``_uid`` across processes).
@@ -36,7 +37,7 @@ import multiprocessing
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ SOURCE_DIGESTS = {
     "hivemind.optim.optimizer.Optimizer._average_gradients_and_load_into_optimizer": "c0459b56003a2596",
     "hivemind.optim.optimizer.Optimizer.step": "6b146b3259d5d1a8",
     "hivemind.optim.optimizer.Optimizer.load_state_from_peers": "a8b8111272110a54",
+    "hivemind.optim.optimizer.Optimizer._should_load_state_from_peers": "b2e4777a62232f54",
     "hivemind.optim.optimizer.Optimizer.shutdown": "96caf836566823f4",
     "hivemind.optim.optimizer.Optimizer._tag_along_with_zero_weight": "771183d83e9de9ef",
 }
@@ -98,6 +100,7 @@ SIGNATURES = {
     ),
     "hivemind.optim.optimizer.Optimizer._make_state_averager": ("self", "kwargs"),
     "hivemind.optim.optimizer.Optimizer.load_state_from_peers": ("self", "kwargs"),
+    "hivemind.optim.optimizer.Optimizer._should_load_state_from_peers": ("self",),
 }
 
 #: Keyword parameters the strategy passes (the functions take more).
@@ -343,6 +346,7 @@ class RoundTiming:
     allreduce_seconds: float | None
     blocking_seconds: float | None
     error: str | None
+    cause: str | None = None  # derived from the others when None (trainer.results.failure_cause)
 
 
 @dataclass
@@ -365,6 +369,7 @@ class RoundCollector:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _main: dict[int, _MainSide] = field(default_factory=dict)
     _waiting: list[ChildRound] = field(default_factory=list)
+    _missed: list[RoundTiming] = field(default_factory=list)
 
     def install(self, *averager_classes_: type) -> None:
         self._queue = multiprocessing.get_context("fork").Queue()
@@ -390,10 +395,17 @@ class RoundCollector:
         with self._lock:
             self._main.setdefault(uid, _MainSide())
 
+    def note_missed_epoch(self, timing: RoundTiming) -> None:
+        """An epoch the training process lost without a round (it was behind): reported with the rounds."""
+        with self._lock:
+            self._missed.append(timing)
+
     def poll(self, current_epoch: int, *, final: bool = False) -> list[RoundTiming]:
         """Drain the queue; return the rounds whose timings are complete (all of them when ``final``)."""
+        with self._lock:
+            missed, self._missed = self._missed, []
         if self._queue is None:
-            return []
+            return missed
         while True:
             try:
                 self._waiting.append(self._queue.get_nowait())
@@ -417,7 +429,7 @@ class RoundCollector:
                     continue
                 ready.append(_merge(child, main, current_epoch))
             self._waiting = keep
-        return ready
+        return missed + ready
 
 
 def _merge(child: ChildRound, main: _MainSide | None, current_epoch: int) -> RoundTiming:
@@ -474,8 +486,11 @@ def _define_optimizer_class() -> type:
             self.counting = True  # False while finishing: waits then are not a training step's
             self._wait_depth = 0  # nested waits (e.g. inside the epoch update) are counted once
             self._parameter_round: int | None = None
+            self._behind: tuple[int, int] | None = None  # (local, global epoch) when step found us behind
             #: the collective stop epoch once known (set by the strategy); see _others_finished_without_us
             self.stop_epoch: int | None = None
+            #: reads the freshest stop epoch before each epoch update (the strategy's bounded DHT read)
+            self.read_stop_epoch: Callable[[], int | None] | None = None
             self.skipped_final_round = False
             super().__init__(**kwargs)
             self._instrument_state_averager()
@@ -511,13 +526,16 @@ def _define_optimizer_class() -> type:
                     self.step_averaging_seconds += time.perf_counter() - started
 
         def _update_global_epoch(self, grad_scaler: Any) -> None:
-            if self.stop_epoch is not None and self.local_epoch >= self.stop_epoch:
-                return None  # heard of the stop during this step: no round past the stop epoch
-            if self._others_finished_without_us():
-                self.release_scheduled_rounds()
-                self.skipped_final_round = True
-                return None
             with self._waiting():
+                fresh = self.read_stop_epoch() if self.read_stop_epoch is not None else None
+                if fresh is not None:
+                    self.stop_epoch = fresh if self.stop_epoch is None else min(fresh, self.stop_epoch)
+                if self.stop_epoch is not None and self.local_epoch >= self.stop_epoch:
+                    return None  # the collective stops here: no round past the stop epoch
+                if self._others_finished_without_us():
+                    self.release_scheduled_rounds()
+                    self.skipped_final_round = True
+                    return None
                 return super()._update_global_epoch(grad_scaler)
 
         def _others_finished_without_us(self) -> bool:
@@ -551,9 +569,46 @@ def _define_optimizer_class() -> type:
                     self.collector.add_blocking(uid, time.perf_counter() - started)
                     self.collector.mark_finished(uid)
 
+        def _should_load_state_from_peers(self) -> bool:
+            behind = super()._should_load_state_from_peers()
+            if behind:
+                self._behind = (self.local_epoch, self.tracker.global_epoch)
+            return behind
+
         def load_state_from_peers(self, **kwargs: Any) -> None:
-            with self._waiting():
-                return super().load_state_from_peers(**kwargs)
+            """When ``step`` found this peer behind, also a failed row for the epoch it lost (its samples)."""
+            behind, self._behind = self._behind, None
+            started = time.perf_counter()
+            try:
+                with self._waiting():
+                    return super().load_state_from_peers(**kwargs)
+            finally:
+                if behind is not None and self.counting:
+                    self._note_missed_epoch(*behind, seconds=time.perf_counter() - started)
+
+        def _note_missed_epoch(self, local_epoch: int, global_epoch: int, seconds: float) -> None:
+            caught_up = self.local_epoch >= self.tracker.global_epoch - 1
+            self.collector.note_missed_epoch(
+                RoundTiming(
+                    timestamp=time.time(),
+                    epoch=local_epoch,
+                    kind=KIND_GRADIENTS if self.use_gradient_averaging else KIND_PARAMETERS,
+                    outcome="failed",
+                    group_size=None,
+                    matchmaking_seconds=None,
+                    allreduce_seconds=None,
+                    blocking_seconds=seconds,
+                    error=(
+                        f"behind: at epoch {local_epoch} while the collaboration was at {global_epoch}; "
+                        + (
+                            f"loaded the state of epoch {self.local_epoch}"
+                            if caught_up
+                            else "state not loaded"
+                        )
+                    ),
+                    cause="behind" if caught_up else "state_download",
+                )
+            )
 
         def _instrument_state_averager(self) -> None:
             averager = self.state_averager

@@ -3,8 +3,8 @@
 Writes `report.md` with tables and PNG plots, and each table as CSV, into `--out` (default
 RESULTS_DIR/report): loss over wall time (baseline vs Hivemind at the same batch size and LR), time to
 target loss with speedup and scaling efficiency, the step-time breakdown, averaging time per round
-against the bandwidth lower bound, and the effects of TBS, local updates, peers, batch size and LR with
-every experiment shown. Every number is computed from the raw steps.csv / rounds.csv
+against the bandwidth lower bound, the effects of TBS, local updates, peers, batch size and LR with
+every experiment shown, and for runs on shaped links the averaging share against the link rate. Every number is computed from the raw steps.csv / rounds.csv
 (trainer/report_metrics.py states the definitions).
 """
 
@@ -91,6 +91,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     breakdown = report_plots.breakdown_plot(analysis, out)
     averaging = report_plots.averaging_plot(analysis, out)
     effects = report_plots.effect_plots(analysis, out)
+    network = report_plots.network_plot(analysis, out)
 
     experiments = analysis.experiments
     baselines = sum(e.is_baseline for e in experiments)
@@ -136,6 +137,12 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"![{path.stem}]({path.name})" for path in effects),
         "",
         _section(analysis, "effects", heading=False),
+        "## Shaped links: where averaging takes over",
+        "",
+        f"![network]({network.name})",
+        "",
+        _section(analysis, "network_thresholds", heading=False),
+        _section(analysis, "network", heading=False),
         _section(analysis, "experiments"),
     ]
     report = out / "report.md"

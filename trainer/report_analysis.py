@@ -58,6 +58,8 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["epoch_phases"] = _epoch_phases(experiments)
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
+    analysis.tables["network"] = _network(analysis, rows)
+    analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     return analysis
 
 
@@ -307,6 +309,89 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 )
     columns = ("factor", "level", "strategy", "metric", "experiments", "n", "median", "min", "max", "values")
     return _table("effects", "Effects of TBS, local updates, peers, batch size and LR", table, columns)
+
+
+#: the step-time parts a run can be bound by, as the network table names them
+BOUND_PARTS = ("data", "compute", "averaging")
+
+
+def _network(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """Hivemind runs on shaped links (``bandwidth_mbit`` set): the step-time shares at each link rate and the
+    part that bounds the run (the largest of data loading, compute, averaging)."""
+    breakdown = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
+    table = []
+    for e in analysis.experiments:
+        rate = e.settings.get("bandwidth_mbit")
+        if e.is_baseline or not rate:
+            continue
+        shares = {part: breakdown[e.experiment_id][f"{part}_share"] for part in BOUND_PARTS}
+        known = {part: share for part, share in shares.items() if share is not None}
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "setting": e.label(),
+                "peers": e.peer_count,
+                "bandwidth_mbit": float(rate),
+                "measured_mbit": e.bandwidth_bytes_per_second * 8 / 1e6
+                if e.bandwidth_bytes_per_second
+                else None,
+                **{f"{part}_share": share for part, share in shares.items()},
+                "samples_per_second": rows[e.experiment_id]["samples_per_second"],
+                "bound": max(known, key=known.__getitem__) if known else None,
+            }
+        )
+    table.sort(key=lambda row: (row["setting"].rsplit(" ", 1)[0], row["peers"], row["bandwidth_mbit"]))
+    columns = (
+        *("experiment_id", "setting", "peers", "bandwidth_mbit", "measured_mbit"),
+        *(f"{part}_share" for part in BOUND_PARTS),
+        *("samples_per_second", "bound"),
+    )
+    return _table("network", "Shaped links: step-time shares per link rate", table, columns)
+
+
+def _network_thresholds(network: list[dict[str, Any]]) -> Table:
+    """Per setting without its link rate: the rates where averaging bounds the run, and the highest of them.
+
+    >>> rows = [{"setting": "2p tbs64 noLU 10Mbit", "peers": 2, "bandwidth_mbit": 10.0, "bound": "averaging",
+    ...          "averaging_share": 0.8, "samples_per_second": 5.0},
+    ...         {"setting": "2p tbs64 noLU 100Mbit", "peers": 2, "bandwidth_mbit": 100.0, "bound": "compute",
+    ...          "averaging_share": 0.3, "samples_per_second": 20.0}]
+    >>> row = _network_thresholds(rows).rows[0]
+    >>> [row[k] for k in ("communication_bound_mbit", "communication_bound_up_to_mbit")]
+    ['10', 10.0]
+    >>> row["not_communication_bound_from_mbit"]
+    100.0
+    """
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in network:
+        groups[row["setting"].rsplit(" ", 1)[0], row["peers"]].append(row)
+    table = []
+    for (setting, peers), members in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        members.sort(key=lambda row: row["bandwidth_mbit"])
+        bound = [row["bandwidth_mbit"] for row in members if row["bound"] == "averaging"]
+        not_bound = [row["bandwidth_mbit"] for row in members if row["bound"] not in (None, "averaging")]
+        above = [rate for rate in not_bound if not bound or rate > max(bound)]
+        table.append(
+            {
+                "setting": setting,
+                "peers": peers,
+                "rates_mbit": " ".join(f"{row['bandwidth_mbit']:g}" for row in members),
+                "averaging_shares": " ".join(_fmt_share(row["averaging_share"]) for row in members),
+                "communication_bound_mbit": " ".join(f"{rate:g}" for rate in bound),
+                "communication_bound_up_to_mbit": max(bound) if bound else None,
+                "not_communication_bound_from_mbit": min(above) if above else None,
+            }
+        )
+    columns = (
+        *("setting", "peers", "rates_mbit", "averaging_shares", "communication_bound_mbit"),
+        *("communication_bound_up_to_mbit", "not_communication_bound_from_mbit"),
+    )
+    title = "Where Hivemind turns communication-bound (averaging the largest share of step time)"
+    return _table("network_thresholds", title, table, columns)
+
+
+def _fmt_share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.2f}"
 
 
 def is_number(value: Any) -> bool:

@@ -31,6 +31,7 @@ SETTING_KEYS = (
     "max_steps",
     "target_batch_size",
     "local_updates",
+    "bandwidth_mbit",
 )
 
 
@@ -84,7 +85,8 @@ class Experiment:
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
-        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}"
+        link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
+        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"
 
 
 def load_experiments(results_dir: Path) -> list[Experiment]:

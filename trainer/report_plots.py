@@ -127,6 +127,42 @@ def averaging_plot(analysis: Analysis, out: Path) -> Path:
     return _save(figure, out / "averaging.png")
 
 
+def network_plot(analysis: Analysis, out: Path) -> Path:
+    """Per setting and peers: the averaging share (solid) and compute share (dashed) against the link rate."""
+    rows = analysis.tables["network"].rows
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    series: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        series[row["setting"].rsplit(" ", 1)[0], row["peers"]].append(row)
+    for (setting, _), members in sorted(series.items(), key=lambda item: (item[0][1], item[0][0])):
+        members.sort(key=lambda row: row["bandwidth_mbit"])
+        rates = [row["bandwidth_mbit"] for row in members]
+        (line,) = axis.plot(
+            rates, [row["averaging_share"] for row in members], "-o", label=f"{setting}: averaging"
+        )
+        axis.plot(rates, [row["compute_share"] for row in members], "--", color=line.get_color(), alpha=0.6)
+        bound = [row for row in members if row["bound"] == "averaging"]
+        axis.scatter(
+            [row["bandwidth_mbit"] for row in bound],
+            [row["averaging_share"] for row in bound],
+            s=90,
+            facecolors="none",
+            edgecolors="black",
+        )
+    if rows:
+        axis.scatter([], [], s=90, facecolors="none", edgecolors="black", label="communication-bound")
+        axis.plot([], [], "--", color="grey", label="compute share")
+        axis.set_xscale("log")
+        axis.legend(fontsize=7)
+    else:
+        _no_data(axis, "no Hivemind runs with bandwidth_mbit")
+    axis.set_ylim(0, 1)
+    axis.set_xlabel("link rate per peer (Mbit/s, log)")
+    axis.set_ylabel("share of step time")
+    axis.set_title("Averaging share of step time against the link rate", fontsize=10)
+    return _save(figure, out / "network.png")
+
+
 def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
     """Per factor: each metric against the factor's levels, every experiment a dot, the median a bar."""
     rows = analysis.tables["effects"].rows

@@ -274,3 +274,14 @@ def test_unreadable_grid(tmp_path, text, message):
         load_grid(path)
     with pytest.raises(GridError, match="cannot read"):
         load_grid(tmp_path / "missing.yml")
+
+
+def test_network_grid_is_link_rate_by_peers():
+    runs = load_grid(REPO / "grids" / "network.yml").runs
+    pairs = {(run.settings["peers"], run.settings["bandwidth_mbit"]) for run in runs}
+    assert pairs == set(itertools.product((2, 4, 8), (10, 30, 100, 300, 1000)))
+    for run in runs:
+        s = run.settings
+        assert s["strategy"] == "hivemind" and s["model"] == "resnet18"
+        assert s["max_steps"] * s["peers"] * s["batch_size"] == 3 * s["target_batch_size"]  # three epochs
+    assert len({run.experiment_id for run in runs}) == len(runs)

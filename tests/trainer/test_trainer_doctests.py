@@ -17,6 +17,7 @@ MODULES = [
     "trainer.shutdown",
     "trainer.strategies.baseline",
     "trainer.cpu_usage",
+    "trainer.report_analysis",
 ]
 
 

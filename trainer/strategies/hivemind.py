@@ -53,6 +53,8 @@ TRACKER_REFRESH_ALONE = 0.5
 #: steps every peer may take before it has read a stop request from the DHT (reads overlap steps); the stop
 #: epoch is the first epoch boundary at least this many steps away, so no peer passes it unaware
 STOP_NOTICE_STEPS = 3
+#: before each epoch update a peer reads the stop key from the DHT, waiting at most this long
+STOP_READ_SECONDS = 2.0
 #: after their first step, peers wait at most this long until every tracker counts every expected peer
 TRACKER_SYNC_SECONDS = 15.0
 
@@ -122,6 +124,7 @@ class HivemindStrategy:
         self.coordinator = RunCoordinator(
             self.dht, config.run_id, config.resolved_peer_id, expected_peers=config.expected_peers
         )
+        self.optimizer.read_stop_epoch = self._read_stop_epoch
         self._remember_processes()
 
     def _remember_processes(self) -> None:
@@ -232,6 +235,10 @@ class HivemindStrategy:
             steps_per_epoch = max(1, config.target_batch_size // (config.batch_size * config.expected_peers))
         left_in_epoch = max(0, steps_per_epoch - (self._steps - self._epoch_started_step))
         return 1 + math.ceil(max(0, STOP_NOTICE_STEPS - left_in_epoch) / steps_per_epoch)
+
+    def _read_stop_epoch(self) -> int | None:
+        stop = self.coordinator.read_stop(STOP_READ_SECONDS)
+        return stop.epoch if stop is not None else None
 
     def stop_reason(self) -> str | None:
         if self._stop_reason is not None:

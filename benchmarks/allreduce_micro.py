@@ -1,0 +1,201 @@
+"""All-reduce microbenchmark: Hivemind's butterfly all-reduce against torch.distributed gloo on a shaped link.
+
+Message sizes 4 KB ... 64 MB, 2/4/8 peers (bare processes in their own network namespaces, links shaped with
+tbf in both directions: benchmarks/shaped_netns.py, benchmarks/allreduce_peers.py). Per implementation, peers
+and size it prints the median time (the slowest peer of each round), the bus bandwidth
+``2 (n-1)/n * m / t`` (what each peer's link carried; comparable with the set rate) and the alpha-beta model
+``t = alpha + 2 (n-1)/n * m / B``: alpha fitted from the small messages (<= 16 KB), B the set rate; and per
+implementation and peers the fitted alpha and the rate the large messages (>= 1 MB) achieved. Hivemind's
+matchmaking is not in its times (reported apart). Writes ``allreduce.json``, ``allreduce.csv`` and
+``allreduce.png`` to ``--out``. Needs root.
+
+    python benchmarks/allreduce_micro.py --out results/allreduce-micro        # 2,4,8 peers, 1000 Mbit/s
+    python benchmarks/allreduce_micro.py --peers 2 --sizes 4096,1048576 --rounds 2    # CI size
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.allreduce_peers import IMPLEMENTATIONS, run_collective  # noqa: E402
+from benchmarks.averaging_bound import per_round  # noqa: E402
+
+DEFAULT_SIZES = ",".join(str(4096 * 4**k) for k in range(8))  # 4 KB ... 64 MB
+SMALL_BYTES = 16384  # alpha is fitted from messages up to this size
+LARGE_BYTES = 1 << 20  # the achieved rate from messages from this size on
+
+
+def fit(points: list[tuple[int, float]], peers: int) -> dict[str, float | None]:
+    """alpha (median time of the small messages) and the rate the large ones achieved (least squares of
+    ``t - alpha = 2 (n-1)/n * 8 m / rate``), from (bytes, seconds) points.
+
+    >>> f = fit([(4096, 0.001), (16384, 0.001), (1 << 20, 0.001 + 8 * (1 << 20) / 1e9)], 2)
+    >>> f["alpha_seconds"], round(f["rate_mbit"])
+    (0.001, 1000)
+    """
+    small = [t for m, t in points if m <= SMALL_BYTES]
+    alpha = median(small) if small else 0.0
+    large = [(m, t - alpha) for m, t in points if m >= LARGE_BYTES]
+    slope = sum(m * t for m, t in large) / sum(m * m for m, _ in large) if large else 0.0
+    factor = 2 * (peers - 1) / peers * 8
+    return {"alpha_seconds": alpha, "rate_mbit": factor / slope / 1e6 if slope > 0 else None}
+
+
+def model_seconds(alpha: float, peers: int, size: int, rate_mbit: float) -> float:
+    return alpha + 2 * (peers - 1) / peers * size * 8 / (rate_mbit * 1e6)
+
+
+def bus_mbit(peers: int, size: int, seconds: float) -> float:
+    return 2 * (peers - 1) / peers * size * 8 / seconds / 1e6
+
+
+def plot(rows: list[dict[str, Any]], rate: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (times, bandwidth) = plt.subplots(1, 2, figsize=(12, 4.5))
+    series = sorted({(r["impl"], r["peers"]) for r in rows})
+    for impl, peers in series:
+        points = sorted((r["size_bytes"], r) for r in rows if r["impl"] == impl and r["peers"] == peers)
+        sizes = [m / 1024 for m, _ in points]
+        style = "-o" if impl == "hivemind" else "-s"
+        (line,) = times.plot(sizes, [r["seconds"] for _, r in points], style, label=f"{impl} {peers} peers")
+        times.plot(sizes, [r["model_seconds"] for _, r in points], "--", color=line.get_color(), alpha=0.6)
+        bandwidth.plot(sizes, [r["bus_mbit"] for _, r in points], style, color=line.get_color())
+    bandwidth.axhline(rate, color="grey", linestyle=":", label=f"link {rate:g} Mbit/s")
+    for axis in (times, bandwidth):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("message size (KB)")
+        axis.grid(True, which="both", alpha=0.3)
+    times.set_yscale("log")
+    times.set_ylabel("all-reduce time (s); dashed: alpha-beta model")
+    bandwidth.set_ylabel("bus bandwidth 2(n-1)/n * m / t (Mbit/s)")
+    times.legend(fontsize=8)
+    bandwidth.legend(fontsize=8)
+    figure.suptitle(f"all-reduce on links shaped to {rate:g} Mbit/s")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peers", default="2,4,8", help="peer counts, comma-separated")
+    parser.add_argument("--rate", type=float, default=1000.0, help="link rate in Mbit/s")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="message sizes in bytes, comma-separated")
+    parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS), help="hivemind and/or gloo")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per size (after a warm-up)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one configuration may take")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "allreduce-micro")
+    args = parser.parse_args(argv)
+    try:
+        args.peer_counts = [int(v) for v in args.peers.split(",") if v]
+        args.size_list = sorted(int(v) for v in args.sizes.split(",") if v)
+    except ValueError:
+        parser.error("--peers and --sizes take integers")
+    args.impl_list = [v for v in args.impls.split(",") if v]
+    if set(args.impl_list) - set(IMPLEMENTATIONS) or not args.impl_list:
+        parser.error(f"--impls: one or more of {', '.join(IMPLEMENTATIONS)}")
+    if any(n < 2 for n in args.peer_counts) or args.rate <= 0 or any(m < 4 for m in args.size_list):
+        parser.error("--peers >= 2, --rate > 0, --sizes >= 4 bytes")
+    if os.geteuid() != 0:
+        parser.error("needs root: every peer gets its own network namespace with a shaped link")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    fits: list[dict[str, Any]] = []
+    for impl in args.impl_list:
+        for peers in args.peer_counts:
+            print(f"[allreduce-micro] {impl}, {peers} peers at {args.rate:g} Mbit/s ...", flush=True)
+            run = run_collective(
+                impl,
+                peers,
+                args.rate,
+                args.size_list,
+                args.rounds,
+                args.out / f"{impl}-p{peers}",
+                args.timeout,
+            )
+            measured = []
+            for size in args.size_list:
+                rounds = per_round([r for r in run["rows"] if r["size_bytes"] == size - size % 4])
+                seconds = median(r["allreduce_seconds"] for r in rounds)
+                matchmaking = median(r["matchmaking_seconds"] for r in rounds)
+                measured.append((size, seconds, matchmaking))
+            fitted = fit([(m, t) for m, t, _ in measured], peers)
+            fits.append({"impl": impl, "peers": peers, **fitted})
+            for size, seconds, matchmaking in measured:
+                rows.append(
+                    {
+                        "impl": impl,
+                        "peers": peers,
+                        "size_bytes": size,
+                        "seconds": seconds,
+                        "matchmaking_seconds": matchmaking,
+                        "bus_mbit": bus_mbit(peers, size, seconds),
+                        "model_seconds": model_seconds(fitted["alpha_seconds"], peers, size, args.rate),
+                    }
+                )
+            errors = [r["max_error"] for r in run["rows"] if r["max_error"] is not None]
+            if errors and max(errors) > 1e-3:
+                print(f"WRONG RESULT: {impl} with {peers} peers is {max(errors)} off the exact result")
+                return 1
+    with (args.out / "allreduce.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (args.out / "allreduce.json").write_text(
+        json.dumps(
+            {"rate_mbit": args.rate, "machine_cores": os.cpu_count(), "rows": rows, "fits": fits}, indent=2
+        )
+        + "\n"
+    )
+    plot(rows, args.rate, args.out / "allreduce.png")
+    print(
+        f"\nlinks shaped to {args.rate:g} Mbit/s; {args.rounds} rounds per size after a warm-up; "
+        f"machine: {os.cpu_count()} cores"
+    )
+    print(
+        f"{'impl':<9} {'peers':>5} {'size':>8} {'time ms':>9} {'model ms':>9} {'bus Mbit/s':>10} "
+        f"{'match s':>8}"
+    )
+    for row in rows:
+        print(
+            f"{row['impl']:<9} {row['peers']:>5} {_size(row['size_bytes']):>8} {row['seconds'] * 1e3:>9.2f} "
+            f"{row['model_seconds'] * 1e3:>9.2f} {row['bus_mbit']:>10.1f} {row['matchmaking_seconds']:>8.2f}"
+        )
+    print(f"\n{'impl':<9} {'peers':>5} {'alpha ms':>9} {'large-message rate Mbit/s':>26}")
+    for entry in fits:
+        rate = "-" if entry["rate_mbit"] is None else f"{entry['rate_mbit']:.0f}"
+        print(f"{entry['impl']:<9} {entry['peers']:>5} {entry['alpha_seconds'] * 1e3:>9.2f} {rate:>26}")
+    print(
+        "time: the slowest peer's, median over rounds; model: alpha + 2(n-1)/n * m / B with alpha "
+        f"fitted from messages <= {SMALL_BYTES // 1024} KB and B the set rate; bus: 2(n-1)/n * m / time; "
+        "match: Hivemind's "
+        f"matchmaking, not in its time; plot: {args.out / 'allreduce.png'}"
+    )
+    return 0
+
+
+def _size(size: int) -> str:
+    return f"{size / (1 << 20):g} MB" if size >= 1 << 20 else f"{size / 1024:g} KB"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

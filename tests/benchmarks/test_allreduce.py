@@ -1,0 +1,96 @@
+"""The all-reduce benchmarks at CI size, on links shaped with tbf between network namespaces (needs root):
+benchmarks/averaging_bound.py (Hivemind against the bandwidth bound) and benchmarks/allreduce_micro.py
+(Hivemind against gloo over message sizes)."""
+
+from __future__ import annotations
+
+import csv
+import doctest
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import allreduce_micro, averaging_bound, shaped_netns  # noqa: E402
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+@pytest.mark.parametrize("module", [averaging_bound, allreduce_micro, shaped_netns])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, f"benchmarks/{script}", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+@needs_root
+def test_namespaces_are_shaped_and_removed():
+    with shaped_netns.ShapedNamespaces(peers=2, rate_mbit=50, prefix="snt") as net:
+        assert all("tbf" in q and "50Mbit" in q for q in net.qdiscs()), net.qdiscs()
+        probe = [sys.executable, "-m", "trainer", "netprobe"]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        serve = [*probe, "serve", "--bind", net.address(1), "--port", "5301"]
+        server = subprocess.Popen(net.command(1, serve), env=env, stdout=subprocess.PIPE)
+        try:
+            send = [*probe, "send", "--to", net.address(1), "--port", "5301", "--seconds", "3"]
+            sent = subprocess.run(net.command(0, send), env=env, capture_output=True, text=True, timeout=60)
+            assert sent.returncode == 0, sent.stderr
+            measured = json.loads(sent.stdout.strip().splitlines()[-1])["bytes_per_second"] * 8 / 1e6
+            assert measured == pytest.approx(50, rel=0.15), measured
+        finally:
+            server.kill()
+            server.wait()
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "snt-" not in namespaces and "snt-" not in links
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.hivemind
+@pytest.mark.timeout(600)
+def test_hivemind_averaging_against_the_bound(tmp_path):
+    out = tmp_path / "bound"
+    run = _run("averaging_bound.py", "--peers", "2", "--rates", "100", "--size-mb", "8", "--rounds", "2",
+               "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (result,) = json.loads((out / "averaging_bound.json").read_text())["results"]
+    assert all("rate 100Mbit" in q for q in result["qdiscs"]), result["qdiscs"]
+    assert result["max_error"] < 1e-3  # the peers really averaged
+    # measured on the shaped link: never faster than the bound allows (the bridge alone is ~50x faster)
+    assert result["ratio"] > 0.9, result
+    assert result["bound_seconds"] == pytest.approx(2 * 0.5 * 8e6 * 8 / 100e6)
+    assert any(line.split()[:2] == ["2", "100"] for line in run.stdout.splitlines()), run.stdout
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.hivemind
+@pytest.mark.timeout(600)
+def test_hivemind_and_gloo_over_message_sizes(tmp_path):
+    out = tmp_path / "micro"
+    sizes = "4096,16384,1048576,4194304"
+    run = _run("allreduce_micro.py", "--peers", "2", "--rate", "100", "--sizes", sizes, "--rounds", "2",
+               "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = list(csv.DictReader((out / "allreduce.csv").open()))
+    assert {(r["impl"], int(r["size_bytes"])) for r in rows} == {
+        (impl, int(size)) for impl in ("hivemind", "gloo") for size in sizes.split(",")
+    }
+    for row in rows:
+        if int(row["size_bytes"]) >= 1 << 20:  # large messages: bounded by the shaped link
+            assert float(row["bus_mbit"]) < 110, row
+    fits = json.loads((out / "allreduce.json").read_text())["fits"]
+    assert all(f["alpha_seconds"] > 0 and f["rate_mbit"] for f in fits), fits
+    assert (out / "allreduce.png").stat().st_size > 10_000

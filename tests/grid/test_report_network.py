@@ -1,0 +1,105 @@
+"""trainer report on runs over shaped links: averaging share per link rate and where a setting turns
+communication-bound, from results built with known step times (numbers checked by hand)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from trainer.report import write_report
+from trainer.report_analysis import analyse
+from trainer.report_data import Experiment, PeerRun
+
+
+def _steps(compute: float, averaging: float, count: int = 20) -> list[dict]:
+    rows, wall = [], 0.0
+    for step in range(1, count + 1):
+        step_seconds = 0.01 + compute + averaging + 0.001
+        wall += step_seconds
+        rows.append(
+            {
+                "step": step,
+                "wall_seconds": wall,
+                "data_seconds": 0.01,
+                "compute_seconds": compute,
+                "optimizer_seconds": averaging + 0.001,
+                "averaging_seconds": averaging,
+                "step_seconds": step_seconds,
+                "samples": 32,
+                "loss": 2.0 - step * 0.01,
+                "hivemind_epoch": step // 5,
+                "peers": 2,
+            }
+        )
+    return rows
+
+
+def _hivemind(name: str, peers: int, rate: float | None, compute: float, averaging: float) -> Experiment:
+    settings = {
+        "strategy": "hivemind",
+        "peers": peers,
+        "model": "smallcnn",
+        "dataset": "synthetic",
+        "batch_size": 32,
+        "learning_rate": 0.01,
+        "target_batch_size": 256,
+        "local_updates": False,
+        "bandwidth_mbit": rate,
+    }
+    runs = [PeerRun(f"peer-{i + 1:02d}", _steps(compute, averaging), [], True) for i in range(peers)]
+    return Experiment(
+        name, Path(name), settings, True, runs, bandwidth_bytes_per_second=rate and rate * 1.2e5
+    )
+
+
+@pytest.fixture
+def analysis():
+    experiments = [
+        # 2 peers: averaging falls with the rate; communication-bound at 10 and 30 Mbit/s
+        _hivemind("p2-10", 2, 10, compute=0.2, averaging=0.8),
+        _hivemind("p2-30", 2, 30, compute=0.2, averaging=0.3),
+        _hivemind("p2-100", 2, 100, compute=0.2, averaging=0.1),
+        # 4 peers: communication-bound at every rate tried
+        _hivemind("p4-100", 4, 100, compute=0.1, averaging=0.5),
+        _hivemind("p4-1000", 4, 1000, compute=0.1, averaging=0.2),
+        # unshaped: not in the network tables
+        _hivemind("p2-free", 2, None, compute=0.2, averaging=0.05),
+    ]
+    return analyse(experiments, target_loss=None, bandwidth=None)
+
+
+def test_network_table_gives_shares_and_the_bound(analysis):
+    rows = {row["experiment_id"]: row for row in analysis.tables["network"].rows}
+    assert set(rows) == {"p2-10", "p2-30", "p2-100", "p4-100", "p4-1000"}
+    row = rows["p2-10"]
+    step = 0.01 + 0.2 + 0.8 + 0.001
+    assert row["averaging_share"] == pytest.approx(0.8 / step)
+    assert row["compute_share"] == pytest.approx(0.2 / step)
+    assert row["measured_mbit"] == pytest.approx(10 * 1.2e5 * 8 / 1e6)
+    assert row["setting"] == "2p tbs256 noLU 10Mbit"
+    assert [rows[name]["bound"] for name in ("p2-10", "p2-30", "p2-100")] == [
+        "averaging",
+        "averaging",
+        "compute",
+    ]
+    assert rows["p2-100"]["samples_per_second"] > rows["p2-10"]["samples_per_second"]
+
+
+def test_thresholds_per_setting(analysis):
+    rows = {row["peers"]: row for row in analysis.tables["network_thresholds"].rows}
+    assert rows[2]["rates_mbit"] == "10 30 100"
+    assert rows[2]["communication_bound_mbit"] == "10 30"
+    assert rows[2]["communication_bound_up_to_mbit"] == 30.0
+    assert rows[2]["not_communication_bound_from_mbit"] == 100.0
+    assert rows[4]["communication_bound_up_to_mbit"] == 1000.0
+    assert rows[4]["not_communication_bound_from_mbit"] is None
+
+
+def test_report_shows_the_network_plot_and_tables(analysis, tmp_path):
+    report = write_report(analysis, tmp_path, tmp_path).read_text()
+    assert "![network](network.png)" in report and "`network_thresholds.csv`" in report
+    assert (tmp_path / "network.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(tmp_path / "network.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 5
