@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-STRATEGIES = ("baseline", "hivemind")
+STRATEGIES = ("baseline", "hivemind", "ddp", "zero")
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("synthetic", "fashion-mnist", "cifar10", "imagefolder")
 OPTIMIZERS = ("sgd", "adam")
@@ -103,6 +103,8 @@ class RunConfig:
     :param expected_peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
     :param start_timeout: Hivemind: seconds to wait at the start barrier before giving up (exit status 3)
     :param finish_grace: Hivemind: seconds a peer that is done keeps serving averaging for the others
+    :param rank: DDP/ZeRO: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the rendezvous)
+    :param rendezvous: DDP/ZeRO: ``HOST:PORT`` where rank 0 listens for the others (its cluster address)
     :param config: the YAML/JSON file these settings were read from (informational)
     :param overwrite: replace a finished run in ``results_dir`` instead of refusing
 
@@ -110,7 +112,7 @@ class RunConfig:
     32
     """
 
-    strategy: str = field(default="baseline", metadata=_opt("baseline | hivemind"))
+    strategy: str = field(default="baseline", metadata=_opt("baseline | hivemind | ddp | zero"))
     model: str = field(default="resnet18", metadata=_opt("resnet18 | smallcnn"))
     dataset: str = field(
         default="synthetic", metadata=_opt("synthetic | fashion-mnist | cifar10 | imagefolder")
@@ -141,9 +143,15 @@ class RunConfig:
     initial_peers: list[str] = field(
         default_factory=list, metadata=_opt("Hivemind: multiaddrs of peers to join", metavar="MULTIADDR")
     )
-    expected_peers: int = field(default=1, metadata=_opt("Hivemind: peers to wait for before the first step"))
+    expected_peers: int = field(
+        default=1, metadata=_opt("Hivemind: peers to wait for before the first step; DDP/ZeRO: world size")
+    )
     start_timeout: float = field(default=300.0, metadata=_opt("Hivemind: start barrier timeout (s)"))
     finish_grace: float = field(default=30.0, metadata=_opt("Hivemind: seconds to keep serving when done"))
+    rank: int = field(default=0, metadata=_opt("DDP/ZeRO: this process's rank (0 hosts the rendezvous)"))
+    rendezvous: str = field(
+        default="127.0.0.1:29500", metadata=_opt("DDP/ZeRO: rank 0's HOST:PORT", metavar="HOST:PORT")
+    )
     config: str | None = field(default=None, metadata=_opt("YAML/JSON settings file", metavar="FILE"))
     overwrite: bool = field(default=False, metadata=_opt("replace a finished run in the results dir"))
 
@@ -248,6 +256,12 @@ class RunConfig:
         if not self.finish_grace >= 0:
             raise ConfigError("must be zero or more seconds", "finish_grace", self.finish_grace)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
+        if self.strategy in ("ddp", "zero"):
+            if not 0 <= self.rank < self.expected_peers:
+                raise ConfigError(
+                    f"rank must be 0 .. expected_peers - 1 = {self.expected_peers - 1}", "rank", self.rank
+                )
+            check_rendezvous(self.rendezvous)
         for address in self.initial_peers:
             check_multiaddr(address, field_name="initial_peers", require_peer_id=True)
         if check_paths:
@@ -262,6 +276,20 @@ class RunConfig:
             raise ConfigError(f"dataset {self.dataset} needs --data-root", "data_root", None)
         if not Path(root).is_dir():
             raise ConfigError(f"data root not found: {root}", "data_root", root)
+
+
+def check_rendezvous(address: str) -> None:
+    """``HOST:PORT`` with an IPv4 address or host name and a port 1..65535.
+
+    >>> check_rendezvous("10.0.0.1:29500")
+    >>> check_rendezvous("10.0.0.1")
+    Traceback (most recent call last):
+    ...
+    trainer.config.ConfigError: rendezvous must be HOST:PORT (rendezvous=10.0.0.1)
+    """
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535 or not _HOSTNAME.match(host):
+        raise ConfigError("rendezvous must be HOST:PORT", "rendezvous", address)
 
 
 def check_multiaddr(address: str, *, field_name: str, require_peer_id: bool) -> None:

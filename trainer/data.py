@@ -17,11 +17,11 @@ import pickle
 import signal
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from trainer.config import ConfigError
 
@@ -245,6 +245,25 @@ def ignore_stop_signals(worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class ShardSampler(DistributedSampler):
+    """``DistributedSampler`` (a disjoint shard per rank, one permutation shared by all ranks) that moves to
+    the next permutation each time it is iterated, as ``set_epoch`` would.
+
+    >>> shards = [list(ShardSampler(range(8), 2, rank, seed=0)) for rank in (0, 1)]
+    >>> sorted(shards[0] + shards[1]) == list(range(8))
+    True
+    """
+
+    def __init__(self, dataset: Any, replicas: int, rank: int, seed: int) -> None:
+        super().__init__(dataset, num_replicas=replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self._passes = 0
+
+    def __iter__(self):
+        self.set_epoch(self._passes)
+        self._passes += 1
+        return super().__iter__()
+
+
 def build_loaders(config: RunConfig) -> tuple[DataLoader, DataLoader]:
     """Shuffled training loader (full batches only) and an ordered validation loader."""
     train, val = build_datasets(config)
@@ -256,14 +275,20 @@ def build_loaders(config: RunConfig) -> tuple[DataLoader, DataLoader]:
         if workers > 0
         else {}
     )
+    if config.strategy in ("ddp", "zero"):
+        # each rank its own shard, reshuffled each pass (the loop restarts the iterator at a data epoch's end)
+        if len(train) // config.expected_peers < config.batch_size:
+            raise ConfigError(
+                f"a 1/{config.expected_peers} shard of {len(train)} training samples is less than a batch",
+                "batch_size",
+                config.batch_size,
+            )
+        sampler = ShardSampler(train, config.expected_peers, config.rank, config.seed)
+        order: dict[str, Any] = {"sampler": sampler}
+    else:
+        order = {"shuffle": True, "generator": torch.Generator().manual_seed(data_order_seed(config))}
     train_loader = DataLoader(
-        train,
-        batch_size=config.batch_size,
-        shuffle=True,
-        drop_last=True,
-        num_workers=workers,
-        generator=torch.Generator().manual_seed(data_order_seed(config)),
-        **extra,
+        train, batch_size=config.batch_size, drop_last=True, num_workers=workers, **order, **extra
     )
     val_loader = DataLoader(
         val, batch_size=max(config.batch_size, 128), shuffle=False, num_workers=workers, **extra

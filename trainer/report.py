@@ -2,9 +2,10 @@
 
 Writes `report.md` with tables and PNG plots, and each table as CSV, into `--out` (default
 RESULTS_DIR/report): loss over wall time (baseline vs Hivemind at the same batch size and LR), time to
-target loss with speedup and scaling efficiency, the step-time breakdown, averaging time per round
-against the bandwidth lower bound, the effects of TBS, local updates, peers, batch size and LR with
-every experiment shown, and for runs on shaped links the averaging share against the link rate. Every number is computed from the raw steps.csv / rounds.csv
+target loss with speedup and scaling efficiency, the step-time breakdown, each peer's contribution and who
+waited for whom, averaging time per round against the bandwidth lower bound, the effects of TBS, local
+updates, peers, batch size and LR with every experiment shown, and for runs on shaped links the averaging
+share against the link rate. Every number is computed from the raw steps.csv / rounds.csv
 (trainer/report_metrics.py states the definitions).
 """
 
@@ -127,6 +128,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _section(analysis, "breakdown", heading=False),
         _section(analysis, "epoch_phases"),
+        _section(analysis, "peers"),
         "## Averaging time per round",
         "",
         f"![averaging]({averaging.name})",

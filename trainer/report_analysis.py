@@ -58,6 +58,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["epoch_phases"] = _epoch_phases(experiments)
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
+    analysis.tables["peers"] = _peers(experiments)
     analysis.tables["network"] = _network(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     return analysis
@@ -309,6 +310,79 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 )
     columns = ("factor", "level", "strategy", "metric", "experiments", "n", "median", "min", "max", "values")
     return _table("effects", "Effects of TBS, local updates, peers, batch size and LR", table, columns)
+
+
+def epoch_arrivals(steps: list[dict[str, Any]]) -> dict[int, float]:
+    """When a peer reached each epoch's end: per epoch e, the wall time at which the step that moved it to
+    e + 1 began to wait for averaging (the step's end minus its averaging time).
+
+    >>> epoch_arrivals([{"hivemind_epoch": 0, "wall_seconds": 1.0, "averaging_seconds": 0.0},
+    ...                 {"hivemind_epoch": 1, "wall_seconds": 5.0, "averaging_seconds": 3.0},
+    ...                 {"hivemind_epoch": 1, "wall_seconds": 6.0, "averaging_seconds": 0.0}])
+    {0: 2.0}
+    """
+    arrivals: dict[int, float] = {}
+    previous: int | None = None
+    for row in steps:
+        epoch = row.get("hivemind_epoch")
+        if epoch is None or row.get("wall_seconds") is None:
+            continue
+        if previous is not None and int(epoch) > previous:
+            arrivals[previous] = float(row["wall_seconds"]) - float(row.get("averaging_seconds") or 0.0)
+        previous = int(epoch)
+    return arrivals
+
+
+def peer_rows(e: Experiment) -> list[dict[str, Any]]:
+    """A Hivemind run's peers: what each contributed and who waited for whom at the epoch boundaries.
+
+    At every epoch that all peers ended, the last to arrive is the one the others waited for; each peer's wait
+    is the last arrival minus its own. ``last_arrivals`` counts the epochs a peer was the last.
+    """
+    if e.is_baseline:
+        return []
+    arrivals = {peer.name: epoch_arrivals(peer.steps) for peer in e.peers}
+    shared = set.intersection(*(set(a) for a in arrivals.values())) if arrivals else set()
+    last = {epoch: max(arrivals, key=lambda name: arrivals[name][epoch]) for epoch in shared}
+    total_samples = sum(total(peer.steps, "samples") for peer in e.peers)
+    rows = []
+    for peer in e.peers:
+        steps, host = peer.steps, e.hosts.get(peer.name) or {}
+        samples = total(steps, "samples")
+        wall = max(
+            (float(row["wall_seconds"]) for row in steps if row.get("wall_seconds") is not None), default=0
+        )
+        waits = [arrivals[last[epoch]][epoch] - arrivals[peer.name][epoch] for epoch in sorted(shared)]
+        rows.append(
+            {
+                "experiment_id": e.experiment_id,
+                "peer": peer.name,
+                "vcpus": host.get("vcpus"),
+                "bandwidth_mbit": host.get("bandwidth_mbit"),
+                "cores_used": (host.get("cpu_received") or {}).get("cores_used"),
+                "steps": len(steps),
+                "samples": int(samples),
+                "contribution": samples / total_samples if total_samples else None,
+                "samples_per_second": samples / wall if wall else None,
+                "compute_ms": 1000 * total(steps, "compute_seconds") / len(steps) if steps else None,
+                "averaging_ms": 1000 * total(steps, "averaging_seconds") / len(steps) if steps else None,
+                "epochs_ended": len(shared),
+                "last_arrivals": sum(name == peer.name for name in last.values()),
+                "mean_wait_for_others_s": sum(waits) / len(waits) if waits else None,
+            }
+        )
+    return rows
+
+
+def _peers(experiments: list[Experiment]) -> Table:
+    columns = (
+        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "steps", "samples"),
+        *("contribution", "samples_per_second", "compute_ms", "averaging_ms", "epochs_ended"),
+        *("last_arrivals", "mean_wait_for_others_s"),
+    )
+    rows = [row for e in experiments for row in peer_rows(e)]
+    title = "Peers: each one's contribution, and who waited for whom at the epoch boundaries"
+    return _table("peers", title, rows, columns)
 
 
 #: the step-time parts a run can be bound by, as the network table names them

@@ -53,6 +53,8 @@ class Experiment:
     complete: bool
     peers: list[PeerRun] = field(default_factory=list)
     bandwidth_bytes_per_second: float | None = None
+    #: experiment.json's ``hosts``: per peer its plan (vcpus, bandwidth_mbit, ...) and the CPU it received
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def strategy(self) -> str:
@@ -126,6 +128,7 @@ def load_experiment(path: Path) -> Experiment | None:
         complete=complete,
         peers=peers,
         bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
+        hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
     )
 
 

@@ -18,6 +18,10 @@ Definitions (also printed in report.md):
   the middle epochs and the last two; per-step means of each phase (start-up or shutdown artefacts show
   as edges unlike the middle).
 - **averaging bound**: 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes.
+- **peers** (Hivemind): a peer's **contribution** is its share of the run's samples; it **arrived** at an
+  epoch's end when the step that took it to the next epoch began to wait for averaging (step end − averaging
+  time); at each epoch all peers ended, the last to arrive is the one the others waited for, and each peer's
+  wait is the last arrival minus its own.
 - **shaped links** (Hivemind runs with ``bandwidth_mbit``): a run is **communication-bound** when averaging
   is the largest of its data, compute and averaging shares of step time; per setting, the highest link rate
   at which it still is (``communication_bound_up_to_mbit``) and the lowest above it at which it is not.

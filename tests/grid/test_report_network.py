@@ -103,3 +103,60 @@ def test_report_shows_the_network_plot_and_tables(analysis, tmp_path):
     assert (tmp_path / "network.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(tmp_path / "network.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == 5
+
+
+def _peer_steps(step_seconds: float, steps_per_epoch: int, epochs: int, wait: dict[int, float]) -> list[dict]:
+    """A peer that computes ``step_seconds`` per step and, at the end of epoch e, waits ``wait[e]``."""
+    rows, wall = [], 0.0
+    for step in range(1, steps_per_epoch * epochs + 1):
+        epoch_before = (step - 1) // steps_per_epoch
+        ends_epoch = step % steps_per_epoch == 0
+        averaging = wait.get(epoch_before, 0.0) if ends_epoch else 0.0
+        wall += step_seconds + averaging
+        rows.append(
+            {
+                "step": step,
+                "wall_seconds": wall,
+                "data_seconds": 0.0,
+                "compute_seconds": step_seconds,
+                "optimizer_seconds": averaging,
+                "averaging_seconds": averaging,
+                "step_seconds": step_seconds + averaging,
+                "samples": 32,
+                "loss": 1.0,
+                "hivemind_epoch": epoch_before + (1 if ends_epoch else 0),
+                "peers": 2,
+            }
+        )
+    return rows
+
+
+def test_peers_table_names_who_waited_for_whom():
+    # epoch 0: the fast peer arrives at 1.0 s, the slow one at 2.0 s; the fast one waits 1.0 + 0.5 s of
+    # all-reduce, the slow one 0.5 s: both leave at 2.5 s. Epoch 1 likewise (arrivals 3.5 and 4.5 s).
+    fast = _peer_steps(0.25, 4, 2, {0: 1.5, 1: 1.5})
+    slow = _peer_steps(0.5, 4, 2, {0: 0.5, 1: 0.5})
+    hosts = {"peer-01": {"vcpus": 2, "bandwidth_mbit": 100.0}, "peer-02": {"vcpus": 1}}
+    experiment = Experiment(
+        "hetero",
+        Path("hetero"),
+        {"strategy": "hivemind", "peers": 2, "model": "smallcnn", "batch_size": 32, "target_batch_size": 256},
+        True,
+        [PeerRun("peer-01", fast, [], True), PeerRun("peer-02", slow, [], True)],
+        hosts=hosts,
+    )
+    rows = {
+        row["peer"]: row
+        for row in analyse([experiment], target_loss=None, bandwidth=None).tables["peers"].rows
+    }
+    assert rows["peer-01"]["epochs_ended"] == rows["peer-02"]["epochs_ended"] == 2
+    assert (rows["peer-01"]["last_arrivals"], rows["peer-02"]["last_arrivals"]) == (0, 2)
+    assert rows["peer-01"]["mean_wait_for_others_s"] == pytest.approx(1.0)
+    assert rows["peer-02"]["mean_wait_for_others_s"] == pytest.approx(0.0)
+    assert rows["peer-01"]["contribution"] == pytest.approx(0.5)  # equal steps here: equal samples
+    assert (rows["peer-01"]["vcpus"], rows["peer-01"]["bandwidth_mbit"], rows["peer-02"]["vcpus"]) == (
+        2,
+        100.0,
+        1,
+    )
+    assert rows["peer-01"]["compute_ms"] == pytest.approx(250)

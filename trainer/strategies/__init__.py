@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
-STRATEGY_NAMES = ("baseline", "hivemind")
+STRATEGY_NAMES = ("baseline", "hivemind", "ddp", "zero")
 
 
 def get_strategy(name: str) -> Strategy:
@@ -21,4 +21,8 @@ def get_strategy(name: str) -> Strategy:
         from trainer.strategies.hivemind import HivemindStrategy
 
         return HivemindStrategy()
+    if name in ("ddp", "zero"):
+        from trainer.strategies.data_parallel import DataParallelStrategy
+
+        return DataParallelStrategy(sharded=name == "zero")
     raise ValueError(f"unknown strategy {name!r}, choose from {', '.join(STRATEGY_NAMES)}")
