@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from trainer.memory import rss_bytes
 from trainer.results import EvalRecord, StepRecord
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class TrainingLoop:
             loss=float(loss.detach()),
             hivemind_epoch=outcome.hivemind_epoch,
             peers=outcome.peers,
+            rss_bytes=rss_bytes(),
         )
         if self.writer is not None:
             self.writer.write_step(record)

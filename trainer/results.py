@@ -32,6 +32,7 @@ STEP_COLUMNS = (
     "loss",
     "hivemind_epoch",
     "peers",
+    "rss_bytes",
 )
 ROUND_COLUMNS = (
     "round",
@@ -96,7 +97,7 @@ SUMMARY_FILE = "summary.json"
 MULTIADDRS_FILE = "multiaddrs.txt"
 RESULT_FILES = (CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE)
 
-_INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size"}
+_INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"}
 _TEXT_COLUMNS = {"kind", "outcome", "error", "cause"}
 
 
@@ -120,6 +121,7 @@ class StepRecord:
     hivemind_epoch: int
     peers: int
     wall_seconds: float | None = None
+    rss_bytes: int | None = None  # the process's resident set after the step (trainer/memory.py)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainer import cpu_usage
+from trainer import cpu_usage, memory
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
@@ -56,6 +56,7 @@ class RunSession:
         self.exit_detail: str | None = None
         self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
         self.cpu_at_loop_end: cpu_usage.CpuSnapshot | None = None
+        self.memory: dict[str, Any] | None = None  # measured at the loop's end
 
     # ---------------------------------------------------------------- phases
 
@@ -148,6 +149,7 @@ class RunSession:
             exit_reason = loop.run(clock_origin=self.barrier_release)
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
             self.cpu_at_loop_end = cpu_usage.snapshot()
+            self.memory = self._memory_profile(strategy)
             evaluate_at_end(loop, exit_reason, config.eval_every)
             exit_code = EXIT_OK
         except (StopRequested, KeyboardInterrupt):
@@ -199,11 +201,37 @@ class RunSession:
             extra={
                 "exit_detail": self.exit_detail,
                 "cpu_received": self._cpu_received(),
+                "memory": self.memory,
                 **({"strategy_details": details} if details else {}),
             },
         )
         self.writer.write_summary(summary)
         self.writer.close()
+
+    def _memory_profile(self, strategy: Any) -> dict[str, Any]:
+        """summary.json's ``memory`` (trainer/memory.py), also set on the exporter's memory gauge."""
+        sizes = memory.model_bytes(self.model)
+        local = getattr(strategy, "local_optimizer", None)
+        optimizer = local() if callable(local) else None
+        resident = memory.rss_bytes()
+        profile = {
+            "peak_rss_bytes": max(memory.peak_rss_bytes(), resident),
+            "rss_bytes": resident,
+            "parameter_bytes": sizes["parameters"],
+            "gradient_bytes": sizes["gradients"],
+            "optimizer_state_bytes": memory.optimizer_state_bytes(optimizer)
+            if optimizer is not None
+            else None,
+        }
+        if self.telemetry is not None:
+            self.telemetry.observe_memory(
+                {
+                    "parameters": profile["parameter_bytes"],
+                    "gradients": profile["gradient_bytes"],
+                    "optimizer_state": profile["optimizer_state_bytes"],
+                }
+            )
+        return profile
 
     def _cpu_received(self) -> dict[str, Any] | None:
         """The CPU this run got from the start barrier's release to the loop's end (or now, when the loop did

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from trainer.memory import MEMORY_KINDS
 from trainer.results import ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
 
 if TYPE_CHECKING:
@@ -62,12 +63,14 @@ METRICS: dict[str, str] = {
     "trainer_collective_samples": "gauge",
     "trainer_target_batch_size": "gauge",
     "trainer_start_timestamp_seconds": "gauge",
+    "trainer_memory_bytes": "gauge",
     "trainer_run_info": "gauge",
 }
 # Extra labels beyond BASE_LABELS, per family.
 EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     "trainer_averaging_seconds": ROUND_LABELS,
     "trainer_averaging_rounds_total": ROUND_LABELS,
+    "trainer_memory_bytes": ("kind",),
     "trainer_run_info": (
         "model",
         "dataset",
@@ -101,6 +104,8 @@ _HELP = {
     "trainer_collective_samples": "Samples accumulated by all peers towards the target batch size",
     "trainer_target_batch_size": "Samples per Hivemind epoch (0 for the baseline)",
     "trainer_start_timestamp_seconds": "Unix time the start barrier released this peer (0 before)",
+    "trainer_memory_bytes": "Memory of the trainer process by kind: rss (resident set, per step), "
+    "parameters, gradients, optimizer_state (this process's share)",
     "trainer_run_info": "Settings of this run as labels (value 1)",
 }
 
@@ -161,6 +166,10 @@ class Telemetry:
                 self._round_count[key] = self._families["trainer_averaging_rounds_total"].labels(
                     **self.base_labels, kind=kind, outcome=outcome
                 )
+        self._memory = {
+            kind: self._families["trainer_memory_bytes"].labels(**self.base_labels, kind=kind)
+            for kind in MEMORY_KINDS
+        }
         self._peers.set(1)
 
     def _create(self, name: str) -> Any:
@@ -209,6 +218,14 @@ class Telemetry:
         self._peers.set(record.peers)
         if collective_samples is not None:
             self._collective.set(collective_samples)
+        if record.rss_bytes is not None:
+            self._memory["rss"].set(record.rss_bytes)
+
+    def observe_memory(self, sizes: dict[str, int | None]) -> None:
+        """Set the memory gauge for the kinds given (trainer.memory.MEMORY_KINDS; None values are skipped)."""
+        for kind, size in sizes.items():
+            if size is not None:
+                self._memory[kind].set(size)
 
     def observe_round(self, record: RoundRecord) -> None:
         key = (record.kind, record.outcome)

@@ -322,6 +322,14 @@ def experiment() -> dict[str, Any]:
             targets((f"trainer_loss{{{TRAINER}}}", "{{peer}}")),
         ),
         timeseries(
+            "Memory per peer",
+            "Resident set of each trainer process per step, and the bytes of its parameters, gradients and "
+            "optimizer state (ZeRO: its shard), set at the loop's end.",
+            targets((f"trainer_memory_bytes{{{TRAINER}}}", "{{peer}} {{kind}}")),
+            unit="bytes",
+            minimum=0,
+        ),
+        timeseries(
             "Hivemind epoch",
             "Collective epoch each peer is in (0 for the baseline).",
             targets((f"trainer_hivemind_epoch{{{TRAINER}}}", "{{peer}}")),

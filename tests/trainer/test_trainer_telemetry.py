@@ -27,6 +27,7 @@ DOCUMENTED = {
     "trainer_collective_samples": "gauge",
     "trainer_target_batch_size": "gauge",
     "trainer_start_timestamp_seconds": "gauge",
+    "trainer_memory_bytes": "gauge",
     "trainer_run_info": "gauge",
 }
 

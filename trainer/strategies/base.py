@@ -67,6 +67,9 @@ class Strategy(Protocol):
         the reason given to request_stop once the collective stop it asked for is reached; the loop records it
         as the exit reason."""
 
+    def local_optimizer(self) -> torch.optim.Optimizer | None:
+        """The torch optimizer whose state this process keeps (for the memory profile), or None."""
+
     def finish(self, exit_reason: str) -> None:
         """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut
         down."""

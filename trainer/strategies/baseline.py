@@ -65,5 +65,8 @@ class BaselineStrategy:
     def stop_reason(self) -> str | None:
         return None
 
+    def local_optimizer(self) -> torch.optim.Optimizer | None:
+        return self.optimizer
+
     def finish(self, exit_reason: str) -> None:
         log.debug("baseline finished after %d steps (%s)", self._steps, exit_reason)

@@ -40,23 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the tensors an optimizer keeps per parameter (momentum, Adam's moments).
-
-    >>> model = torch.nn.Linear(10, 10)
-    >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    >>> model(torch.ones(1, 10)).sum().backward(); sgd.step()
-    >>> optimizer_state_bytes(sgd)  # one momentum buffer per parameter: (100 + 10) float32
-    440
-    """
-    return sum(
-        value.numel() * value.element_size()
-        for state in optimizer.state.values()
-        for value in state.values()
-        if isinstance(value, torch.Tensor)
-    )
-
-
 class DataParallelStrategy:
     """One rank of a synchronous data-parallel run (see the module docstring)."""
 
@@ -196,9 +179,6 @@ class DataParallelStrategy:
         import torch.distributed as dist
 
         if self.optimizer is not None:
-            self._details["optimizer_state_bytes"] = optimizer_state_bytes(
-                self.optimizer.optim if self.sharded else self.optimizer
-            )
             self._details.update(self._parameters_fingerprint())
         if dist.is_initialized():
             # after an error another rank may never come: no barrier, just leave
@@ -217,6 +197,10 @@ class DataParallelStrategy:
 
     def summary_details(self) -> dict[str, Any]:
         return dict(self._details)
+
+    def local_optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer whose state this process holds (ZeRO: the one of its shard)."""
+        return self.optimizer.optim if self.sharded and self.optimizer is not None else self.optimizer
 
     # ------------------------------------------------------------------ helpers
 

@@ -320,6 +320,10 @@ class HivemindStrategy:
             "final_params_norm": float(flat.norm()),
         }
 
+    def local_optimizer(self) -> torch.optim.Optimizer | None:
+        """The torch optimizer inside hivemind's state averager (its own averaged copies are not counted)."""
+        return self.optimizer.state_averager.optimizer if self.optimizer is not None else None
+
     def summary_details(self) -> dict[str, Any]:
         """Extra facts for summary.json (``strategy_details``): why and where the run stopped, the finish."""
         return dict(self._details)
