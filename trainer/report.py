@@ -122,6 +122,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"![{path.stem}]({path.name})" for path in loss_paths),
         "",
         _section(analysis, "time_to_target"),
+        _section(analysis, "strategies"),
         "## Step-time breakdown",
         "",
         f"![breakdown]({breakdown.name})",

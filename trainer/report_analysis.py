@@ -59,6 +59,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
     analysis.tables["peers"] = _peers(experiments)
+    analysis.tables["strategies"] = _strategies(analysis, rows)
     analysis.tables["network"] = _network(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     return analysis
@@ -109,6 +110,44 @@ def _cause(row: dict[str, Any]) -> str | None:
     if row.get("outcome") in (None, "ok"):
         return None
     return row.get("cause") or "other"
+
+
+def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """Every strategy against its baselines (same model, data, batch size and LR): throughput speedup
+    S = X_N / X_1, efficiency E = S / N, time-to-target speedup, communication share, memory per peer."""
+    targets = {row["experiment_id"]: row for row in analysis.tables["time_to_target"].rows}
+    shares = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
+    table = []
+    for e in analysis.experiments:
+        memory = [peer.summary.get("memory") or {} for peer in e.peers]
+        peak = [m["peak_rss_bytes"] for m in memory if m.get("peak_rss_bytes")]
+        state = [m["optimizer_state_bytes"] for m in memory if m.get("optimizer_state_bytes") is not None]
+        speedup = None if e.is_baseline else targets[e.experiment_id]["throughput_speedup"]
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "strategy": e.strategy,
+                "setting": e.label(),
+                "peers": e.peer_count,
+                "samples_per_second": rows[e.experiment_id]["samples_per_second"],
+                "throughput_speedup": speedup,
+                "efficiency": speedup / e.peer_count if speedup is not None else None,
+                "time_to_target_speedup": None if e.is_baseline else targets[e.experiment_id]["speedup"],
+                "communication_share": shares[e.experiment_id]["averaging_share"],
+                "peak_rss_mb_max": max(peak) / 1e6 if peak else None,
+                "optimizer_state_mb_max": max(state) / 1e6 if state else None,
+            }
+        )
+    table.sort(key=lambda row: (row["strategy"] != "baseline", row["strategy"], row["peers"]))
+    columns = (
+        *("experiment_id", "strategy", "setting", "peers", "samples_per_second", "throughput_speedup"),
+        *("efficiency", "time_to_target_speedup", "communication_share", "peak_rss_mb_max"),
+        "optimizer_state_mb_max",
+    )
+    title = (
+        "Strategies side by side: speedup S = X_N / X_1 and efficiency S / N against the baselines, memory"
+    )
+    return _table("strategies", title, table, columns)
 
 
 def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.grid_status import is_true
-from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps
+from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps, read_summary
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
 SETTING_KEYS = (
@@ -43,6 +43,7 @@ class PeerRun:
     steps: list[dict[str, Any]]
     rounds: list[dict[str, Any]]
     complete: bool
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,6 +87,8 @@ class Experiment:
         s = self.settings
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}"
+        if self.strategy in ("ddp", "zero"):
+            return f"{self.strategy} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
         return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"
@@ -115,7 +118,13 @@ def load_experiment(path: Path) -> Experiment | None:
             settings[key] = document[key]
     settings.setdefault("peers", len(peer_dirs))
     peers = [
-        PeerRun(peer_dir.name, read_steps(peer_dir), read_rounds(peer_dir), is_complete(peer_dir))
+        PeerRun(
+            peer_dir.name,
+            read_steps(peer_dir),
+            read_rounds(peer_dir),
+            is_complete(peer_dir),
+            read_summary(peer_dir) or {},
+        )
         for peer_dir in peer_dirs
     ]
     complete = is_true(document["complete"]) if "complete" in document else all(p.complete for p in peers)

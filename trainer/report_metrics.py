@@ -11,6 +11,9 @@ Definitions (also printed in report.md):
 - **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to
   target; **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per
   vCPU.
+- **strategies**: per run, its throughput over the median of its baselines' (same model, data, batch size
+  and LR) is the throughput speedup S, S / peers the efficiency; memory: the largest peak RSS and
+  optimizer-state bytes of any of its peers (summary.json ``memory``).
 - **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the
   optimizer's own time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares
   of the summed step time.

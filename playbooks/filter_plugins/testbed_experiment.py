@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 UNSET = "__testbed_unset__"
-STRATEGIES = ("hivemind", "baseline")
+STRATEGIES = ("hivemind", "baseline", "ddp", "zero")
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
@@ -82,6 +82,8 @@ HIVEMIND_FIELDS = (
     "averaging_timeout",
     "finish_grace",
 )
+# DDP/ZeRO: every collective gives up after averaging_timeout (a dead rank ends the run)
+DATA_PARALLEL_FIELDS = ("averaging_timeout",)
 
 
 def testbed_variable_names(_: Any = None) -> list[str]:
@@ -180,7 +182,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     >>> result["errors"], result["hosts"], result["plan"]["peer-02"]["cpus_limit"]
     ([], ['peer-01', 'peer-02'], 0.875)
     >>> testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]
-    ["strategy must be one of hivemind|baseline (got 'ring')", 'peers must be >= 1 (got 0)']
+    ["strategy must be one of hivemind|baseline|ddp|zero (got 'ring')", 'peers must be >= 1 (got 0)']
     >>> testbed_experiment({"peers": "3"}, inv)["errors"]
     ['peers=3 but the inventory has only 2 hosts in group peers']
     """
@@ -310,6 +312,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         trainer_settings["data_root"] = settings["data_root"]
     if settings["strategy"] == "hivemind":
         trainer_settings.update({name: settings[name] for name in HIVEMIND_FIELDS})
+    elif settings["strategy"] in ("ddp", "zero"):
+        trainer_settings.update({name: settings[name] for name in DATA_PARALLEL_FIELDS})
 
     return {
         "errors": errors,

@@ -273,6 +273,29 @@ def test_baseline_from_cephfs_and_from_a_local_copy(tmp_path):
     assert all(0 < share < 1 for share in shares.values()), shares
 
 
+def test_zero_on_two_peers(tmp_path):
+    """Issue 13: a ZeRO run (one rank per container, gloo over the cluster network) works like a Hivemind run:
+    complete, the same parameters on both ranks, each rank holding a shard of the optimizer state."""
+    settings = {**FAST, "strategy": "zero", "peers": 2, "dataset": "synthetic", "monitoring": False}
+    settings.update(max_steps=30, experiment_id="e2e-zero")
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-zero"
+    experiment = _check_complete(results, ["peer-01", "peer-02"], "zero")
+    assert experiment["peers"] == 2
+    summaries = [read_json(results / peer / "summary.json") for peer in ("peer-01", "peer-02")]
+    details = [s["strategy_details"] for s in summaries]
+    assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
+    assert [d["rank"] for d in details] == [0, 1]
+    assert details[1]["rendezvous"].startswith(experiment["hosts"]["peer-01"]["address"] + ":"), details
+    shards = [s["memory"]["optimizer_state_bytes"] for s in summaries]
+    assert sum(shards) == summaries[0]["memory"]["parameter_bytes"], shards  # SGD momentum, split in two
+    for peer in ("peer-01", "peer-02"):
+        kinds = {row["kind"] for row in _rows(results / peer / "rounds.csv")}
+        assert kinds == {"gradients", "parameters"}
+    assert int(experiment["network"]["bytes"]) > 0
+
+
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # A 1-second start barrier: the bootstrap peer gives up before the other peer has even started.
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 1}

@@ -285,3 +285,12 @@ def test_network_grid_is_link_rate_by_peers():
         assert s["strategy"] == "hivemind" and s["model"] == "resnet18"
         assert s["max_steps"] * s["peers"] * s["batch_size"] == 3 * s["target_batch_size"]  # three epochs
     assert len({run.experiment_id for run in runs}) == len(runs)
+
+
+def test_strategies_grid_puts_four_strategies_side_by_side():
+    runs = load_grid(REPO / "grids" / "strategies.yml").runs
+    assert {(run.strategy, run.settings["peers"]) for run in runs} == {("baseline", 1)} | {
+        (strategy, peers) for strategy in ("hivemind", "ddp", "zero") for peers in (2, 4)
+    }
+    for run in runs:  # every experiment processes the same samples
+        assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400

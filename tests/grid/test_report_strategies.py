@@ -1,0 +1,61 @@
+"""trainer report puts the strategies side by side: throughput speedup and efficiency against the baseline,
+communication share and memory per peer (issue #13), from results with known numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer.report_analysis import analyse
+from trainer.report_data import Experiment, PeerRun
+
+
+def _steps(step_seconds: float, averaging: float, count: int = 10) -> list[dict]:
+    return [
+        {
+            "step": i,
+            "wall_seconds": i * step_seconds,
+            "data_seconds": 0.0,
+            "compute_seconds": step_seconds - averaging,
+            "optimizer_seconds": averaging,
+            "averaging_seconds": averaging,
+            "step_seconds": step_seconds,
+            "samples": 32,
+            "loss": 2.0 - 0.01 * i,
+            "hivemind_epoch": 0,
+            "peers": 1,
+        }
+        for i in range(1, count + 1)
+    ]
+
+
+def _experiment(name: str, strategy: str, peers: int, step_seconds: float, averaging: float, state: int):
+    settings = {"strategy": strategy, "peers": peers, "model": "smallcnn", "dataset": "synthetic",
+                "batch_size": 32, "learning_rate": 0.01, "vcpus": 1}  # fmt: skip
+    memory = {"peak_rss_bytes": 500e6, "optimizer_state_bytes": state}
+    runs = [
+        PeerRun(f"peer-{i + 1:02d}", _steps(step_seconds, averaging), [], True, {"memory": memory})
+        for i in range(peers)
+    ]
+    return Experiment(name, Path(name), settings, True, runs)
+
+
+def test_speedup_efficiency_and_memory_per_strategy():
+    experiments = [
+        _experiment("base", "baseline", 1, 0.1, 0.0, 4000),  # 320 samples/s
+        _experiment("ddp-2", "ddp", 2, 0.125, 0.025, 4000),  # 2 x 256 = 512 samples/s
+        _experiment("zero-2", "zero", 2, 0.16, 0.06, 2000),  # 2 x 200 = 400 samples/s
+    ]
+    rows = {
+        r["experiment_id"]: r
+        for r in analyse(experiments, target_loss=None, bandwidth=None).tables["strategies"].rows
+    }
+    assert [rows[n]["strategy"] for n in ("base", "ddp-2", "zero-2")] == ["baseline", "ddp", "zero"]
+    assert rows["base"]["throughput_speedup"] is None
+    assert rows["ddp-2"]["throughput_speedup"] == pytest.approx(512 / 320)
+    assert rows["ddp-2"]["efficiency"] == pytest.approx(512 / 320 / 2)
+    assert rows["zero-2"]["throughput_speedup"] == pytest.approx(400 / 320)
+    assert rows["ddp-2"]["communication_share"] == pytest.approx(0.2)
+    assert rows["zero-2"]["optimizer_state_mb_max"] == pytest.approx(0.002)
+    assert rows["ddp-2"]["setting"] == "ddp 2p bs32"
