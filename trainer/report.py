@@ -111,6 +111,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())
     lines += [
+        _section(analysis, "diagnosis"),
+        _section(analysis, "prediction"),
         "## Definitions",
         "",
         _definitions(),

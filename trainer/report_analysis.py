@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.report_data import Experiment
+from trainer.report_diagnosis import diagnosis_table, prediction_table
 from trainer.report_metrics import (
     Table,
     bandwidth_bound,
@@ -61,6 +62,8 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["peers"] = _peers(experiments)
     analysis.tables["strategies"] = _strategies(analysis, rows)
     analysis.tables["network"] = _network(analysis, rows)
+    analysis.tables["diagnosis"] = diagnosis_table(analysis)
+    analysis.tables["prediction"] = prediction_table(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     return analysis
 

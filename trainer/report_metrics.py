@@ -25,6 +25,15 @@ Definitions (also printed in report.md):
   epoch's end when the step that took it to the next epoch began to wait for averaging (step end − averaging
   time); at each epoch all peers ended, the last to arrive is the one the others waited for, and each peer's
   wait is the last arrival minus its own.
+- **diagnosis**: a run's bound is the largest of its data, compute, communication (all-reduce, as far as a
+  step waited for it) and coordination (the rest of the steps' averaging wait) shares of the summed step
+  time, unless one peer is a straggler (the last to arrive at 3/4 or more of the epoch ends while every other
+  peer waited for it 20 % or more of its time, or below 0.7 of the others' median samples/s) or a peer used
+  less than 0.8 of its CPU limit (host).
+- **prediction** (Hivemind, gradient averaging): per epoch T_compute = TBS / (n · bs) · t_step (t_step: the
+  measured step time without averaging) and T_communicate = matchmaking time + 2(n−1)/n · M / B;
+  granularity T_compute / T_communicate; predicted speedup TBS / (T_compute + T_communicate) over the
+  baselines' samples/s, against the measured one (error: predicted / measured − 1).
 - **shaped links** (Hivemind runs with ``bandwidth_mbit``): a run is **communication-bound** when averaging
   is the largest of its data, compute and averaging shares of step time; per setting, the highest link rate
   at which it still is (``communication_bound_up_to_mbit``) and the lowest above it at which it is not.

@@ -140,7 +140,32 @@ def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, res
     if causes:
         listed = "; ".join(f"{peer}: {text}" for peer, text in causes.items())
         lines.append(f"failed rounds by cause: {listed}")
+    bound = run_bound(entries)
+    if bound:
+        lines.append(f"bound: {bound} (trainer report names it with the evidence and the knob to turn)")
     return lines
+
+
+def run_bound(entries: list[dict[str, Any]]) -> str:
+    """The largest of data loading, compute and averaging in the summed mean step times of all peers, with
+    its share (the report splits averaging into communication and coordination and checks for stragglers).
+
+    >>> def entry(data, compute, averaging):
+    ...     means = {"data_seconds": data, "compute_seconds": compute, "averaging_seconds": averaging,
+    ...              "step_seconds": data + compute + averaging}
+    ...     return {"summary": {"components": {k: {"mean": v} for k, v in means.items()}}}
+    >>> run_bound([entry(0.1, 0.2, 0.7), entry(0.1, 0.4, 0.5)])
+    'averaging 60% of step time'
+    """
+    sums = dict.fromkeys(("data", "compute", "averaging", "step"), 0.0)
+    for entry in entries:
+        components = (entry.get("summary") or {}).get("components") or {}
+        for part in sums:
+            sums[part] += float((components.get(f"{part}_seconds") or {}).get("mean") or 0.0)
+    if not sums["step"]:
+        return ""
+    part = max(("data", "compute", "averaging"), key=sums.__getitem__)
+    return f"{part} {sums[part] / sums['step']:.0%} of step time"
 
 
 class FilterModule:

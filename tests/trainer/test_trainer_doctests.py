@@ -18,6 +18,7 @@ MODULES = [
     "trainer.strategies.baseline",
     "trainer.cpu_usage",
     "trainer.report_analysis",
+    "trainer.report_diagnosis",
 ]
 
 

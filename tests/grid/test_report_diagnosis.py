@@ -1,0 +1,132 @@
+"""trainer report names each run's bound with its evidence and knob, and predicts the Hivemind speedup
+(issue #14): results built to be data-, compute-, communication- and coordination-bound, a straggler and a
+starved host are each diagnosed; the prediction matches a hand computation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer.report_analysis import analyse
+from trainer.report_data import Experiment, PeerRun
+
+
+def _steps(data: float, compute: float, averaging: float, count: int = 16, per_epoch: int = 4) -> list[dict]:
+    rows, wall = [], 0.0
+    for step in range(1, count + 1):
+        ends_epoch = step % per_epoch == 0
+        wait = averaging * per_epoch if ends_epoch else 0.0  # the epoch's whole wait falls on its last step
+        step_seconds = data + compute + wait
+        wall += step_seconds
+        rows.append(
+            {
+                "step": step,
+                "wall_seconds": wall,
+                "data_seconds": data,
+                "compute_seconds": compute,
+                "optimizer_seconds": wait,
+                "averaging_seconds": wait,
+                "step_seconds": step_seconds,
+                "samples": 32,
+                "loss": 1.0,
+                "hivemind_epoch": step // per_epoch,
+                "peers": 2,
+            }
+        )
+    return rows
+
+
+def _rounds(allreduce: float, blocking: float, epochs: int = 4) -> list[dict]:
+    return [
+        {
+            "epoch": e,
+            "kind": "gradients",
+            "outcome": "ok",
+            "allreduce_seconds": allreduce,
+            "blocking_seconds": blocking,
+        }
+        for e in range(epochs)
+    ]
+
+
+def _run(name: str, peers: list[PeerRun], hosts: dict | None = None, **settings) -> Experiment:
+    base = {"strategy": "hivemind", "peers": len(peers), "model": "smallcnn", "dataset": "synthetic",
+            "batch_size": 32, "learning_rate": 0.01, "target_batch_size": 256}  # fmt: skip
+    return Experiment(name, Path(name), base | settings, True, peers, hosts=hosts or {})
+
+
+def _peer(name: str, data: float, compute: float, averaging: float, allreduce: float) -> PeerRun:
+    return PeerRun(name, _steps(data, compute, averaging), _rounds(allreduce, averaging * 4), True)
+
+
+@pytest.fixture
+def diagnosis():
+    experiments = [
+        _run("data", [_peer(f"peer-0{i}", 0.5, 0.1, 0.01, 0.04) for i in (1, 2)]),
+        _run("compute", [_peer(f"peer-0{i}", 0.01, 0.5, 0.02, 0.08) for i in (1, 2)]),
+        # averaging 0.4 s per step, of which the all-reduce is 1.4 of the 1.6 s per epoch
+        _run("communication", [_peer(f"peer-0{i}", 0.01, 0.1, 0.4, 1.4) for i in (1, 2)]),
+        # averaging 0.4 s per step, all-reduce only 0.1 of the 1.6 s per epoch: waiting for the group
+        _run("coordination", [_peer(f"peer-0{i}", 0.01, 0.1, 0.4, 0.1) for i in (1, 2)]),
+        _run(
+            "host",
+            [_peer(f"peer-0{i}", 0.01, 0.5, 0.02, 0.08) for i in (1, 2)],
+            hosts={
+                "peer-01": {"cpus_limit": 1.0, "cpu_received": {"cores_used": 0.95}},
+                "peer-02": {"cpus_limit": 1.0, "cpu_received": {"cores_used": 0.5}},
+            },  # fmt: skip
+        ),
+    ]
+    # a straggler: peer-02 computes 4x slower; peer-01 waits for it at every epoch end
+    slow = PeerRun("peer-02", _steps(0.01, 0.4, 0.01), _rounds(0.02, 0.04), True)
+    fast = PeerRun("peer-01", _steps(0.01, 0.1, 0.3), _rounds(0.02, 1.2), True)
+    experiments.append(_run("straggler", [fast, slow]))
+    analysis = analyse(experiments, target_loss=None, bandwidth=None)
+    return {row["experiment_id"]: row for row in analysis.tables["diagnosis"].rows}
+
+
+@pytest.mark.parametrize("name", ["data", "compute", "communication", "coordination", "host", "straggler"])
+def test_each_bound_is_named(diagnosis, name):
+    row = diagnosis[name]
+    assert row["bound"] == name, row
+    assert row["knob"] and row["evidence"]
+
+
+def test_evidence_gives_the_shares(diagnosis):
+    row = diagnosis["communication"]
+    step = 0.01 + 0.1 + 0.4
+    assert row["communication_share"] == pytest.approx(1.4 / 4 / step)
+    assert row["coordination_share"] == pytest.approx((1.6 - 1.4) / 4 / step)
+    assert row["evidence"].startswith("communication ")
+    assert "peer-02 used 0.50 of 1.00 cores" in diagnosis["host"]["evidence"]
+    assert diagnosis["straggler"]["evidence"].startswith("straggler peer-02")
+
+
+def test_prediction_against_a_hand_computation():
+    # baseline: 64 samples/s; 2 peers, batch 32, TBS 256: 4 steps per epoch of 0.2 s without averaging;
+    # matchmaking 1 s, M = smallcnn's bytes, B = 1e6 B/s
+    from trainer.report_metrics import model_bytes
+
+    baseline = Experiment(
+        "base", Path("base"),
+        {"strategy": "baseline", "peers": 1, "model": "smallcnn", "dataset": "synthetic", "batch_size": 32,
+         "learning_rate": 0.01},
+        True, [PeerRun("baseline", _steps(0.0, 0.5, 0.0), [], True)],
+    )  # fmt: skip
+    peers = [_peer(f"peer-0{i}", 0.0, 0.2, 0.5, 0.3) for i in (1, 2)]
+    hivemind = _run("hm", peers, matchmaking_time=1.0)
+    hivemind.bandwidth_bytes_per_second = 1e6
+    analysis = analyse([baseline, hivemind], target_loss=None, bandwidth=None)
+    (row,) = analysis.tables["prediction"].rows
+    m = model_bytes("smallcnn")
+    compute = 256 / (2 * 32) * 0.2
+    communicate = 1.0 + 2 * (2 - 1) / 2 * m / 1e6
+    assert row["compute_s"] == pytest.approx(compute)
+    assert row["communicate_s"] == pytest.approx(communicate)
+    assert row["granularity"] == pytest.approx(compute / communicate)
+    baseline_rate = 32 / 0.5
+    assert row["predicted_speedup"] == pytest.approx(256 / (compute + communicate) / baseline_rate)
+    measured = 2 * 16 * 32 / (16 * 0.2 + 4 * 2.0) / baseline_rate
+    assert row["measured_speedup"] == pytest.approx(measured)
+    assert row["error"] == pytest.approx(row["predicted_speedup"] / measured - 1)
