@@ -1,5 +1,5 @@
 """The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
-plots), ``netprobe`` (link bandwidth between two hosts)."""
+plots), ``netprobe`` (link bandwidth between two hosts), ``imagefolder`` (a JPEG dataset to load)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = {
     "grid": ("trainer.grid", "run an experiment grid (resumable)"),
     "report": ("trainer.report", "tables and plots from a results directory"),
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
+    "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
 }
 
 

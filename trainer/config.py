@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 STRATEGIES = ("baseline", "hivemind", "ddp", "zero")
+PREPROCESSING = ("decode", "cached")
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("synthetic", "fashion-mnist", "cifar10", "imagefolder")
 OPTIMIZERS = ("sgd", "adam")
@@ -82,6 +83,10 @@ class RunConfig:
     :param seed: seeds model initialisation, data order and synthetic data
     :param vcpus: torch threads (None: torch's default); the placement decides the cores
     :param data_workers: DataLoader worker processes (0: load in the training process)
+    :param preprocessing: ``decode`` (imagefolder: decode and resize every image each time it is loaded) or
+        ``cached`` (decode and resize once into a uint8 array under ``cache_dir``); the other datasets are
+        arrays in memory either way
+    :param cache_dir: where ``cached`` keeps the decoded arrays (reused while the image folder is unchanged)
     :param target_loss: training loss (mean of the last 10 steps) whose first crossing is the time to target;
         reaching it ends the run (exit reason ``target_loss``). None: no target
     :param eval_every: validation loss/accuracy every K steps into evals.csv (0: never)
@@ -125,6 +130,13 @@ class RunConfig:
     seed: int = field(default=0, metadata=_opt("random seed"))
     vcpus: int | None = field(default=None, metadata=_opt("torch threads (default: torch's)"))
     data_workers: int = field(default=0, metadata=_opt("DataLoader worker processes"))
+    preprocessing: str = field(
+        default="decode", metadata=_opt("imagefolder: decode each image per step, or cached once")
+    )
+    cache_dir: str = field(
+        default="/var/tmp/testbed-cache",
+        metadata=_opt("where --preprocessing cached keeps arrays", metavar="DIR"),
+    )
     target_loss: float | None = field(default=None, metadata=_opt("stop when the training loss reaches this"))
     eval_every: int = field(default=0, metadata=_opt("validate every K steps (0: never)", metavar="K"))
     eval_batches: int = field(default=0, metadata=_opt("validation batches per evaluation (0: all)"))
@@ -224,6 +236,7 @@ class RunConfig:
         _choice("model", self.model, MODELS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("preprocessing", self.preprocessing, PREPROCESSING)
         _at_least("batch_size", self.batch_size, 1)
         if not self.learning_rate > 0:
             raise ConfigError("learning rate must be positive", "learning_rate", self.learning_rate)

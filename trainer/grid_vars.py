@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.config import DATASETS, MODELS, OPTIMIZERS, STRATEGIES
+from trainer.config import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
 
 DATASET_STORAGES = ("cephfs", "local", "nfs")
 
@@ -39,6 +39,7 @@ VAR_KINDS: dict[str, Any] = {
     "matchmaking_time": "float",
     "averaging_timeout": "float",
     "data_workers": "int0",
+    "preprocessing": PREPROCESSING,
     "eval_every": "int0",
     "target_loss": "float",
     "seed": "int0",

@@ -17,6 +17,7 @@ MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
+PREPROCESSING = ("decode", "cached")
 # No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
@@ -48,6 +49,7 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "averaging_timeout": ("float", 60.0),
     "vcpus": ("int", None),
     "data_workers": ("int0", 0),
+    "preprocessing": (PREPROCESSING, "decode"),
     "eval_every": ("int0", 0),
     "target_loss": ("float", None),
     "experiment_id": ("str", None),
@@ -72,6 +74,7 @@ TRAINER_FIELDS = (
     "max_steps",
     "seed",
     "data_workers",
+    "preprocessing",
     "eval_every",
     "target_loss",
 )

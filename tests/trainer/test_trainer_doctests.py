@@ -19,6 +19,7 @@ MODULES = [
     "trainer.cpu_usage",
     "trainer.report_analysis",
     "trainer.report_diagnosis",
+    "trainer.imagefolder",
 ]
 
 
