@@ -294,3 +294,10 @@ def test_strategies_grid_puts_four_strategies_side_by_side():
     }
     for run in runs:  # every experiment processes the same samples
         assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400
+
+
+def test_preprocessing_grid_crosses_strategies_and_workers():
+    runs = load_grid(REPO / "grids" / "preprocessing.yml").runs
+    pairs = {(run.settings["preprocessing"], run.settings["data_workers"]) for run in runs}
+    assert pairs == set(itertools.product(("decode", "cached"), (0, 1, 2)))
+    assert all(run.settings["dataset"] == "imagefolder" for run in runs)
