@@ -15,8 +15,8 @@ from trainer.results import is_complete
 
 # Imported only when their subcommand runs: each provides configure_parser(parser) and main(args) -> int.
 SUBCOMMAND_MODULES = {
-    "grid": ("trainer.grid", "run an experiment grid (resumable)"),
-    "report": ("trainer.report", "tables and plots from a results directory"),
+    "grid": ("trainer.grid.command", "run an experiment grid (resumable)"),
+    "report": ("trainer.report.command", "tables and plots from a results directory"),
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
 }

@@ -13,8 +13,8 @@ import pytest
 from grid_support import RUN_SETTINGS as SETTINGS
 from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
-from trainer.report import parse_bandwidth
-from trainer.report_metrics import bandwidth_bound, model_bytes
+from trainer.report.command import parse_bandwidth
+from trainer.report.metrics import bandwidth_bound, model_bytes
 
 TABLES = ("experiments", "time_to_target", "breakdown", "averaging", "effects")
 PLOTS = (
@@ -208,7 +208,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
 
 def test_results_without_experiment_json_are_read_from_config_json(baseline_results, tmp_path):
     """Plain `trainer run` results (no playbook) are reported with the settings the trainer recorded."""
-    from trainer.report_data import load_experiments
+    from trainer.report.data import load_experiments
 
     shutil.copytree(baseline_results / "base-lr0p002-r1" / "baseline", tmp_path / "plain" / "baseline")
     (tmp_path / "not-a-run").mkdir()

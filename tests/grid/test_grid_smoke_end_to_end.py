@@ -18,7 +18,7 @@ import pytest
 import yaml
 from grid_support import REPO, trainer
 
-from trainer.grid_spec import load_grid
+from trainer.grid.spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
 PLAYBOOKS = REPO / "playbooks"

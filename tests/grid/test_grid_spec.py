@@ -10,7 +10,7 @@ import yaml
 from grid_support import REPO, trainer
 
 from trainer.config import _SAFE_ID
-from trainer.grid_spec import GridError, experiment_id, load_grid, parse_grid
+from trainer.grid.spec import GridError, experiment_id, load_grid, parse_grid
 
 THESIS = REPO / "grids" / "thesis.yml"
 SMOKE = REPO / "grids" / "smoke.yml"

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 from grid_support import REPO
 
-from trainer.grid_vars import RUNNER_VARS, VAR_KINDS, VarError, check_var
+from trainer.grid.vars import RUNNER_VARS, VAR_KINDS, VarError, check_var
 
 PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report_analysis import analyse
-from trainer.report_data import Experiment, PeerRun
+from trainer.report.analysis import analyse
+from trainer.report.data import Experiment, PeerRun
 
 
 def _steps(data: float, compute: float, averaging: float, count: int = 16, per_epoch: int = 4) -> list[dict]:
@@ -106,7 +106,7 @@ def test_evidence_gives_the_shares(diagnosis):
 def test_prediction_against_a_hand_computation():
     # baseline: 64 samples/s; 2 peers, batch 32, TBS 256: 4 steps per epoch of 0.2 s without averaging;
     # matchmaking 1 s, M = smallcnn's bytes, B = 1e6 B/s
-    from trainer.report_metrics import model_bytes
+    from trainer.report.metrics import model_bytes
 
     baseline = Experiment(
         "base", Path("base"),

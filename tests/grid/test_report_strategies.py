@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report_analysis import analyse
-from trainer.report_data import Experiment, PeerRun
+from trainer.report.analysis import analyse
+from trainer.report.data import Experiment, PeerRun
 
 
 def _steps(step_seconds: float, averaging: float, count: int = 10) -> list[dict]:

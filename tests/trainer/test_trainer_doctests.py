@@ -17,8 +17,8 @@ MODULES = [
     "trainer.shutdown",
     "trainer.strategies.baseline",
     "trainer.cpu_usage",
-    "trainer.report_analysis",
-    "trainer.report_diagnosis",
+    "trainer.report.analysis",
+    "trainer.report.diagnosis",
     "trainer.imagefolder",
 ]
 

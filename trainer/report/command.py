@@ -6,7 +6,7 @@ target loss with speedup and scaling efficiency, the step-time breakdown, each p
 waited for whom, averaging time per round against the bandwidth lower bound, the effects of TBS, local
 updates, peers, batch size and LR with every experiment shown, and for runs on shaped links the averaging
 share against the link rate. Every number is computed from the raw steps.csv / rounds.csv
-(trainer/report_metrics.py states the definitions).
+(trainer/report/metrics.py states the definitions).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.report_analysis import Analysis, analyse
-from trainer.report_data import load_experiments
-from trainer.report_metrics import __doc__ as DEFINITIONS
+from trainer.report.analysis import Analysis, analyse
+from trainer.report.data import load_experiments
+from trainer.report.metrics import __doc__ as DEFINITIONS
 
 _BANDWIDTH = re.compile(
     r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$"
@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
 
 def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     """Write every CSV and PNG and report.md into `out`; return report.md's path."""
-    from trainer import report_plots
+    from trainer.report import plots as report_plots
 
     for table in analysis.tables.values():
         table.write_csv(out)

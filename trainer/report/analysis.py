@@ -1,4 +1,4 @@
-"""Build the report's tables from loaded experiments (definitions: trainer/report_metrics.py)."""
+"""Build the report's tables from loaded experiments (definitions: trainer/report/metrics.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.report_data import Experiment
-from trainer.report_diagnosis import diagnosis_table, prediction_table
-from trainer.report_metrics import (
+from trainer.report.data import Experiment
+from trainer.report.diagnosis import diagnosis_table, prediction_table
+from trainer.report.metrics import (
     Table,
     bandwidth_bound,
     default_targets,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.grid_status import is_true
+from trainer.grid.status import is_true
 from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps, read_summary
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)

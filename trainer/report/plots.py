@@ -1,4 +1,4 @@
-"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (trainer/report_analysis.py)."""
+"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (trainer/report/analysis.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from trainer.report_analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
-from trainer.report_metrics import bandwidth_bound  # noqa: E402
+from trainer.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
+from trainer.report.metrics import bandwidth_bound  # noqa: E402
 
 STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452"}
 PART_COLOURS = {

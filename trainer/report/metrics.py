@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.report_data import Experiment
+from trainer.report.data import Experiment
 from trainer.stats import LOSS_WINDOW
 
 
