@@ -136,7 +136,7 @@ def hivemind_rounds(args: argparse.Namespace):
             )
             try:
                 for round_index in range(-1, args.rounds):  # round -1: warm-up, not written
-                    control = averager.step(wait=False, require_trigger=True, timeout=300)
+                    control = averager.step(wait=False, require_trigger=True, timeout=120)
                     started = time.perf_counter()
                     while control.stage == AveragingStage.LOOKING_FOR_GROUP and not control.done():
                         time.sleep(0.001)

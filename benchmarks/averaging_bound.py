@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -89,6 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(
+        signal.SIGTERM, lambda *_: sys.exit(143)
+    )  # leave through the finally blocks: no stale netns
     size = int(args.size_mb * 1e6) if args.size_mb else model_bytes(args.model)
     size -= size % 4
     args.out.mkdir(parents=True, exist_ok=True)
