@@ -21,6 +21,7 @@ PORTS = {
     "node_exporter_port": 9100,
     "prometheus_port": 9090,
     "grafana_port": 3000,
+    "data_parallel_port": 29500,
 }
 
 # A root configuration shaped like infra/envs/example's output, with the addresses the cluster module assigns

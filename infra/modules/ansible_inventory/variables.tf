@@ -75,6 +75,7 @@ variable "ports" {
     node_exporter   = optional(number, 9100)
     prometheus      = optional(number, 9090)
     grafana         = optional(number, 3000)
+    data_parallel   = optional(number, 29500)
   })
   default  = {}
   nullable = false

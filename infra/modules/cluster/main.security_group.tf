@@ -1,6 +1,7 @@
 # One security group for every VM. OpenNebula drops what no rule allows once a group applies, so:
-# SSH only from admin_cidrs; Hivemind/p2p, trainer metrics, node_exporter, Prometheus, Grafana and ICMP
-# only from inside cluster_cidr; all outbound traffic (package installs, pip).
+# SSH only from admin_cidrs; Hivemind/p2p, trainer metrics, node_exporter, Prometheus, Grafana, the DDP/ZeRO
+# rendezvous, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from inside cluster_cidr;
+# all outbound traffic (package installs, pip).
 
 locals {
   cluster_prefix_length = tonumber(split("/", var.cluster_cidr)[1])
@@ -11,6 +12,8 @@ locals {
     node_exporter   = var.ports.node_exporter
     prometheus      = var.ports.prometheus
     grafana         = var.ports.grafana
+    data_parallel   = var.ports.data_parallel
+    gloo_pairs      = var.gloo_ports
   }
 
   # OpenNebula rules take a first address and a count of addresses, not a CIDR.

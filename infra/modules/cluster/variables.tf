@@ -251,6 +251,7 @@ variable "ports" {
     node_exporter   = optional(number, 9100)
     prometheus      = optional(number, 9090)
     grafana         = optional(number, 3000)
+    data_parallel   = optional(number, 29500)
   })
   default  = {}
   nullable = false
@@ -298,4 +299,16 @@ variable "sched_requirements" {
   description = "OpenNebula scheduling requirement for the VMs' hosts (e.g. 'CLUSTER_ID = 100'); null lets the scheduler choose."
   type        = string
   default     = null
+}
+
+variable "gloo_ports" {
+  description = "Ports gloo's pair connections listen on in a DDP/ZeRO run (the Linux ephemeral range), FIRST:LAST; opened inside cluster_cidr."
+  type        = string
+  default     = "32768:60999"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[0-9]+:[0-9]+$", var.gloo_ports)) && try(tonumber(split(":", var.gloo_ports)[0]) < tonumber(split(":", var.gloo_ports)[1]) && tonumber(split(":", var.gloo_ports)[1]) <= 65535, false)
+    error_message = "gloo_ports must be FIRST:LAST with FIRST < LAST <= 65535."
+  }
 }

@@ -58,6 +58,7 @@ run "eight_peers" {
       node_exporter_port   = 9100
       prometheus_port      = 9090
       grafana_port         = 3000
+      data_parallel_port   = 29500
     }
     error_message = "The ports (contract defaults) and ansible_user must be group vars of all."
   }

@@ -1,5 +1,6 @@
 # The security group: SSH only from the admin CIDRs; Hivemind/p2p, trainer metrics, node_exporter,
-# Prometheus and Grafana only from inside the cluster network; nothing else inbound.
+# Prometheus, Grafana, the DDP rendezvous and gloo's ports only from inside the cluster network; nothing else
+# inbound.
 
 mock_provider "opennebula" {
   mock_resource "opennebula_security_group" {
@@ -36,12 +37,12 @@ run "rules" {
 
   assert {
     condition = alltrue([
-      for port in ["31337", "9410", "9100", "9090", "3000"] : [
+      for port in ["31337", "9410", "9100", "9090", "3000", "29500", "32768:60999"] : [
         for rule in opennebula_security_group.cluster.rule : { ip = rule.ip, size = rule.size, protocol = rule.protocol, rule_type = rule.rule_type }
         if rule.range == port
       ] == [{ ip = "10.42.0.0", size = "256", protocol = "TCP", rule_type = "INBOUND" }]
     ])
-    error_message = "Hivemind 31337, trainer metrics 9410, node_exporter 9100, Prometheus 9090 and Grafana 3000 must each be open by one TCP rule, only to 10.42.0.0/24."
+    error_message = "Hivemind 31337, trainer metrics 9410, node_exporter 9100, Prometheus 9090, Grafana 3000, the DDP rendezvous 29500 and gloo's 32768:60999 must each be open by one TCP rule, only to 10.42.0.0/24."
   }
 
   assert {
@@ -55,8 +56,8 @@ run "rules" {
   assert {
     condition = sort([
       for rule in opennebula_security_group.cluster.rule : rule.range if rule.rule_type == "INBOUND" && rule.protocol == "TCP"
-    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000"])
-    error_message = "Inbound TCP must allow only SSH and the five service ports."
+    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000", "29500", "32768:60999"])
+    error_message = "Inbound TCP must allow only SSH, the six service ports and gloo's range."
   }
 
   assert {
