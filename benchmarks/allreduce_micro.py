@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from statistics import median
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.allreduce_peers import IMPLEMENTATIONS, run_collective  # noqa: E402
 from benchmarks.averaging_bound import per_round  # noqa: E402
+from benchmarks.shaped_netns import benchmark_preflight  # noqa: E402
 
 DEFAULT_SIZES = ",".join(str(4096 * 4**k) for k in range(8))  # 4 KB ... 64 MB
 SMALL_BYTES = 16384  # alpha is fitted from messages up to this size
@@ -122,16 +122,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--impls: one or more of {', '.join(IMPLEMENTATIONS)}")
     if any(n < 2 for n in args.peer_counts) or args.rate <= 0 or any(m < 4 for m in args.size_list):
         parser.error("--peers >= 2, --rate > 0, --sizes >= 4 bytes")
-    if os.geteuid() != 0:
-        parser.error("needs root: every peer gets its own network namespace with a shaped link")
+    benchmark_preflight(parser.error)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(
-        signal.SIGTERM, lambda *_: sys.exit(143)
-    )  # leave through the finally blocks: no stale netns
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []

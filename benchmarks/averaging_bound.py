@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.allreduce_peers import run_collective  # noqa: E402
+from benchmarks.shaped_netns import benchmark_preflight  # noqa: E402
 
 
 def bound_seconds(peers: int, size_bytes: float, rate_mbit: float) -> float:
@@ -83,16 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--peers takes integers, --rates numbers")
     if any(n < 2 for n in args.peer_counts) or any(r <= 0 for r in args.rate_list) or args.rounds < 1:
         parser.error("--peers >= 2, --rates > 0 and --rounds >= 1")
-    if os.geteuid() != 0:
-        parser.error("needs root: every peer gets its own network namespace with a shaped link")
+    benchmark_preflight(parser.error)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(
-        signal.SIGTERM, lambda *_: sys.exit(143)
-    )  # leave through the finally blocks: no stale netns
     size = int(args.size_mb * 1e6) if args.size_mb else model_bytes(args.model)
     size -= size % 4
     args.out.mkdir(parents=True, exist_ok=True)

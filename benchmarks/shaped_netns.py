@@ -14,10 +14,21 @@ the links' latency is the bridge's.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 QUEUE_MS = 100  # as roles/link_shaping's link_shaping_queue_ms
+
+
+def benchmark_preflight(error: Callable[[str], object]) -> None:
+    """For a benchmark's main: refuse without root (``error``: its parser's), and let SIGTERM leave through
+    the ``finally`` blocks and ``ShapedNamespaces.__exit__``, so no namespace outlives the benchmark."""
+    if os.geteuid() != 0:
+        error("needs root: every peer gets its own network namespace with a shaped link")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def tbf(rate_mbit: float) -> list[str]:
