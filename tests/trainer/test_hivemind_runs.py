@@ -361,3 +361,32 @@ def test_a_peer_stopped_by_sigterm_leaves_cleanly_and_the_other_goes_on(peers):
     assert staying.summary["exit_reason"] in ("max_steps", "collective_finish"), staying.tail()
     waits = [r["blocking_seconds"] or 0.0 for r in read_rounds(staying.results)]
     assert max(waits, default=0.0) < 10 + 5, waits
+
+
+@pytest.mark.timeout(300)
+def test_a_paused_peer_finds_itself_behind_and_says_so(peers):
+    """Issue 17: a peer that was paused while the other trained on comes back epochs behind; Hivemind throws
+    its samples away and loads the state, and its rounds.csv names that lost epoch (cause ``behind``)."""
+    # max steps far beyond the pause: peer-01 must not finish (and stop the run) while peer-02 is paused
+    args = run_args("behind", expected=2, max_steps=400, tbs=1024)
+    first = peers("peer-01", args)
+    second = peers("peer-02", [*args, "--initial-peers", wait_for_multiaddr(first)])
+    deadline = time.monotonic() + 120
+    while len(read_steps(second.results)) < 20:
+        assert time.monotonic() < deadline and second.process.poll() is None, second.tail()
+        time.sleep(0.2)
+    os.killpg(second.session, signal.SIGSTOP)
+    try:
+        # peer-01 goes on alone: its rounds find nobody, its epochs advance without peer-02
+        epoch = lambda: max((row["hivemind_epoch"] for row in read_steps(first.results)), default=0)  # noqa: E731
+        paused_at = epoch()
+        deadline = time.monotonic() + 150
+        while epoch() < paused_at + 2 and first.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        os.killpg(second.session, signal.SIGCONT)
+    finish_all([first, second], timeout=240)
+    behind = [row for row in read_rounds(second.results) if row["cause"] == "behind"]
+    assert behind, [(r["epoch"], r["outcome"], r["cause"]) for r in read_rounds(second.results)]
+    assert behind[0]["outcome"] == "failed" and behind[0]["error"].startswith("behind: at epoch"), behind[0]
+    assert second.summary["rounds_failed_by_cause"].get("behind", 0) == len(behind)
