@@ -59,3 +59,16 @@ def test_speedup_efficiency_and_memory_per_strategy():
     assert rows["ddp-2"]["communication_share"] == pytest.approx(0.2)
     assert rows["zero-2"]["optimizer_state_mb_max"] == pytest.approx(0.002)
     assert rows["ddp-2"]["setting"] == "ddp 2p bs32"
+
+
+def test_report_draws_every_strategy(tmp_path):
+    experiments = [
+        _experiment("base", "baseline", 1, 0.1, 0.0, 4000),
+        _experiment("ddp-2", "ddp", 2, 0.125, 0.025, 4000),
+        _experiment("zero-2", "zero", 2, 0.16, 0.06, 2000),
+    ]
+    from trainer.report.command import write_report
+
+    report = write_report(analyse(experiments, target_loss=None, bandwidth=None), tmp_path, tmp_path)
+    assert "`strategies.csv`" in report.read_text()
+    assert (tmp_path / "effect_peers.png").stat().st_size > 0

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from trainer.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
 from trainer.report.metrics import bandwidth_bound  # noqa: E402
 
-STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452"}
+STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452", "ddp": "#4c72b0", "zero": "#8172b2"}
 PART_COLOURS = {
     "data": "#4c72b0",
     "compute": "#55a868",
