@@ -31,7 +31,7 @@ import torch
 
 from trainer.results import RoundRecord
 from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer
+from trainer.strategies.baseline import build_optimizer, optimizer_spec, parameters_fingerprint
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -104,10 +104,7 @@ class DataParallelStrategy:
             return build_optimizer(config.optimizer, model.parameters(), config.learning_rate)
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        options: dict[str, Any] = {"lr": config.learning_rate}
-        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam
-        if config.optimizer == "sgd":
-            optimizer_class, options["momentum"] = torch.optim.SGD, 0.9
+        optimizer_class, options = optimizer_spec(config.optimizer, config.learning_rate)
         return ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=optimizer_class, process_group=self.group, **options
         )
@@ -179,21 +176,11 @@ class DataParallelStrategy:
         import torch.distributed as dist
 
         if self.optimizer is not None:
-            self._details.update(self._parameters_fingerprint())
+            self._details.update(parameters_fingerprint(self._model()))
         if dist.is_initialized():
             # after an error another rank may never come: no barrier, just leave
             dist.destroy_process_group()
         self._details["exit_reason"] = exit_reason
-
-    def _parameters_fingerprint(self) -> dict[str, Any]:
-        import hashlib
-
-        with torch.no_grad():
-            flat = torch.cat([p.detach().reshape(-1).float() for p in self._model().parameters()])
-        return {
-            "final_params_sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
-            "final_params_norm": float(flat.norm()),
-        }
 
     def summary_details(self) -> dict[str, Any]:
         return dict(self._details)

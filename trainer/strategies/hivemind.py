@@ -22,7 +22,6 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import os
@@ -36,7 +35,7 @@ import torch
 from trainer.hivemind_rounds import RoundCollector, averager_classes, check_internals
 from trainer.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
 from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer
+from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -283,7 +282,7 @@ class HivemindStrategy:
         optimizer.wait_for_background_rounds(config.averaging_timeout)
         details["pending_rounds_seconds"] = round(time.monotonic() - pending, 3)
         details["release_seconds"] = round(pending - released, 3)
-        details.update(self._parameters_fingerprint())
+        details.update(parameters_fingerprint(self.model, PARAMETER_SAMPLES))
         details["hivemind_epoch"] = optimizer.local_epoch
         self.coordinator.announce_done(exit_reason, optimizer.local_epoch)
         grace = config.finish_grace if exit_reason in COMPLETE_EXIT_REASONS else 0.0
@@ -309,16 +308,6 @@ class HivemindStrategy:
             details["rounds_cancelled"] = self.collector.rounds_cancelled
         details["processes_killed"] = _end_processes(self._processes)
         details["epochs"] = self._epoch_log
-
-    def _parameters_fingerprint(self) -> dict[str, Any]:
-        with torch.no_grad():
-            flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
-        indices = torch.linspace(0, flat.numel() - 1, PARAMETER_SAMPLES).long()
-        return {
-            "final_params_sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
-            "final_params_sample": [float(v) for v in flat[indices]],
-            "final_params_norm": float(flat.norm()),
-        }
 
     def local_optimizer(self) -> torch.optim.Optimizer | None:
         """The torch optimizer inside hivemind's state averager (its own averaged copies are not counted)."""
