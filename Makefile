@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Debian packages the project needs on the controller (containers, base image, test Ceph, Prometheus, data).
 APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netns debootstrap crun \
 	prometheus prometheus-node-exporter dataset-fashion-mnist \
-	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq
+	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq iproute2
 
 # `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; minutes on 2 cores.
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
