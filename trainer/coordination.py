@@ -166,8 +166,8 @@ class RunCoordinator:
             self._merge_stop_entries(
                 self.dht.get(self.stop_key, latest=True, return_future=True).result(timeout)
             )
-        except Exception as exc:
-            log.debug("reading the stop key failed: %r", exc)
+        except Exception as exc:  # logged: a peer that misses a stop request may average alone at it
+            log.warning("reading the stop key failed (%r); the last known stop: %s", exc, self._stop)
         return self._stop
 
     def _merge_stop_entries(self, found: Any) -> None:

@@ -213,13 +213,22 @@ class HivemindStrategy:
             return
         optimizer, config = self._ready(), self.config
         self._own_reason = reason
-        margin = self._stop_margin()
-        epoch = max(optimizer.local_epoch, optimizer.tracker.global_epoch) + margin
+        now_epoch = max(optimizer.local_epoch, optimizer.tracker.global_epoch)
+        # another peer's request already published: adopt it rather than publish a different epoch (two
+        # requests close together can differ by an epoch, and a peer that read only the larger one before
+        # its epoch update would average alone at the smaller one: seen with one-step epochs)
+        published = self.coordinator.read_stop(STOP_READ_SECONDS)
+        if published is not None and published.epoch > now_epoch:
+            epoch, margin = published.epoch, published.epoch - now_epoch
+            log.info("adopting %s's collective stop at epoch %d (%s)", published.peer, epoch, reason)
+        else:
+            margin = self._stop_margin()
+            epoch = now_epoch + margin
+            self.coordinator.request_stop(epoch, reason)
         last_epoch = self._epoch_log[-1]["seconds"] if self._epoch_log else config.averaging_timeout
         self._own_deadline = (
             time.monotonic() + (margin + 1) * last_epoch + config.matchmaking_time + config.averaging_timeout
         )
-        self.coordinator.request_stop(epoch, reason)
 
     def _stop_margin(self) -> int:
         """Epochs from now to the stop: the first boundary at least STOP_NOTICE_STEPS steps away.
