@@ -63,6 +63,8 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "results_root": ("str", None),
     "bandwidth_mbit": ("float", None),
     "latency_ms": ("float0", None),
+    # planned faults, checked by testbed_faults.py (docs/faults.md)
+    "faults": ("str", None),
 }
 # Settings handed to every trainer unchanged (RunConfig field names).
 TRAINER_FIELDS = (
@@ -96,6 +98,8 @@ def testbed_variable_names(_: Any = None) -> list[str]:
 
 def _parse(name: str, kind: Any, value: Any) -> Any:
     """Parse one value; raises ValueError with the message for the user."""
+    if kind == "str" and isinstance(value, (list, tuple)):  # e.g. faults given as a JSON list
+        value = ",".join(str(item) for item in value)
     text = str(value).strip()
     if isinstance(kind, tuple):
         if text not in kind:
