@@ -65,8 +65,14 @@ def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any]
     if problems:
         errors.append(f"faults: {spec}: {'; '.join(problems)}")
         return None
-    return {"spec": spec, "kind": kind, "host": host, "at_seconds": at, "duration_seconds": duration,
-            "rate_mbit": rate}
+    return {
+        "spec": spec,
+        "kind": kind,
+        "host": host,
+        "at_seconds": at,
+        "duration_seconds": duration,
+        "rate_mbit": rate,
+    }
 
 
 def testbed_faults(text: Any, hosts: list[str], strategy: str, run_timeout: float) -> dict[str, Any]:
@@ -76,8 +82,10 @@ def testbed_faults(text: Any, hosts: list[str], strategy: str, run_timeout: floa
 
     >>> hosts = ["peer-01", "peer-02", "peer-03"]
     >>> plan = testbed_faults("kill:peer-03@60s, pause:peer-02@1m+20", hosts, "hivemind", 3600)
-    >>> [(f["kind"], f["host"], f["at_seconds"], f["duration_seconds"]) for f in plan["faults"]], plan["errors"]
-    ([('kill', 'peer-03', 60.0, None), ('pause', 'peer-02', 60.0, 20.0)], [])
+    >>> [(f["kind"], f["host"], f["at_seconds"], f["duration_seconds"]) for f in plan["faults"]]
+    [('kill', 'peer-03', 60.0, None), ('pause', 'peer-02', 60.0, 20.0)]
+    >>> plan["errors"]
+    []
     >>> testbed_faults("crash:peer-09@10s", hosts, "hivemind", 3600)["errors"]
     ["faults: crash:peer-09@10s: unknown kind 'crash' (kinds: kill, pause, partition, slow); peer-09 is not \
 in this run (hosts: peer-01, peer-02, peer-03)"]
@@ -93,7 +101,7 @@ host)']
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
     faults = [f for f in (_parse_one(spec, hosts, errors) for spec in specs) if f is not None]
     if specs and strategy == "baseline":
-        errors.append("faults: a baseline run has one host and nobody to fail against (use hivemind, ddp, zero)")
+        errors.append("faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero)")
     for fault in faults:
         end = fault["at_seconds"] + (fault["duration_seconds"] or 0.0)
         if end >= float(run_timeout):
@@ -112,6 +120,55 @@ host)']
     return {"faults": [] if errors else sorted(faults, key=lambda f: f["at_seconds"]), "errors": errors}
 
 
+def testbed_fault_timeline(planned: list[dict[str, Any]], timelines: dict[str, Any]) -> list[dict[str, Any]]:
+    """experiment.json's ``faults``: each planned fault with what its host's agent recorded.
+
+    ``timelines``: per host the agent's timeline.json (``started``: Unix time of the first step, ``faults``
+    with ``status`` and actual times), None where none was read. Status: applied, healed, skipped, failed,
+    planned (the agent never got to it) or unknown (no timeline).
+
+    >>> plan = [{"spec": "kill:peer-03@60s", "kind": "kill", "host": "peer-03", "at_seconds": 60.0}]
+    >>> agent = {"started": 100.0, "faults": [{**plan[0], "status": "applied", "applied_at": 160.4}]}
+    >>> hosts = {"peer-03": agent}
+    >>> [(f["status"], f["started"], f["applied_at"]) for f in testbed_fault_timeline(plan, hosts)]
+    [('applied', 100.0, 160.4)]
+    >>> testbed_fault_timeline(plan, {"peer-03": None})[0]["status"]
+    'unknown'
+    """
+    records = []
+    for fault in planned:
+        timeline = timelines.get(fault["host"]) or {}
+        recorded = next((f for f in timeline.get("faults", []) if f.get("spec") == fault["spec"]), None)
+        record = {**fault, **(recorded or {}), "started": timeline.get("started")}
+        if recorded is None:
+            record["status"] = "unknown"
+            record["detail"] = timeline.get("error") or "no timeline from this host's fault agent"
+        records.append(record)
+    return records
+
+
+def testbed_excused_problems(reasons: list[str], timeline: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Split the run's problems into ``expected`` (a host killed on purpose has no summary) and ``remaining``.
+
+    >>> kill = [{"kind": "kill", "host": "peer-03", "status": "applied"}]
+    >>> testbed_excused_problems(["peer-01: x; peer-03: no summary.json", "peer-03: no summary.json"], kill)
+    {'expected': ['peer-03: no summary.json'], 'remaining': ['peer-01: x']}
+    """
+    killed = {f["host"] for f in timeline if f.get("kind") == "kill" and f.get("status") == "applied"}
+    expected: list[str] = []
+    remaining: list[str] = []
+    for reason in reasons:
+        for part in (p.strip() for p in str(reason).split("; ")):
+            target = expected if part.split(":", 1)[0] in killed else remaining
+            if part and part not in target:
+                target.append(part)
+    return {"expected": expected, "remaining": remaining}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"testbed_faults": testbed_faults}
+        return {
+            "testbed_faults": testbed_faults,
+            "testbed_fault_timeline": testbed_fault_timeline,
+            "testbed_excused_problems": testbed_excused_problems,
+        }

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Runs one host's planned faults against its trainer while the experiment goes on (role fault_injection).
+
+Started in the background before the trainer; waits for the trainer's first step (the start barrier's
+release: the first row of steps.csv, minus that step's duration), then at each fault's time applies it and,
+after its duration, heals it; a fault due after the trainer ended is skipped. Writes the timeline (planned and
+actual times, Unix and from the start) to --timeline after every change, so a record survives whatever
+happens next. Standard library only: it runs with the host's python3.
+
+Faults: kill (SIGKILL every process of the unit), pause (SIGSTOP, later SIGCONT), partition (blackhole routes
+to the other peers' addresses: nothing the peer sends reaches them, so no connection with them works), slow
+(the interface's root qdisc replaced by tbf at the rate; the qdisc before it restored at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_SECONDS = 0.2
+
+
+def sh(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+class Host:
+    """The trainer's unit and the host's cluster interface."""
+
+    def __init__(self, unit: str, address: str, peers: list[str]):
+        self.unit, self.address, self.peers = unit, address, peers
+        self.seen_active = False
+        self._saved_qdisc: str | None = None
+
+    def active(self) -> bool:
+        state = subprocess.run(
+            ["systemctl", "is-active", self.unit], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        self.seen_active = self.seen_active or state in ("active", "activating")
+        return state in ("active", "activating", "deactivating")
+
+    def ended(self) -> bool:
+        return self.seen_active and not self.active()
+
+    def signal(self, name: str) -> None:
+        sh("systemctl", "kill", "--kill-whom=all", f"--signal={name}", self.unit)
+
+    def interface(self) -> str:
+        fields = sh("ip", "-o", "-4", "addr", "show", "to", self.address).split()
+        if len(fields) < 2:
+            raise RuntimeError(f"no interface carries {self.address}")
+        return fields[1].split("@")[0]
+
+    def partition(self, on: bool) -> None:
+        for peer in self.peers:
+            if on:
+                sh("ip", "route", "replace", "blackhole", f"{peer}/32")
+            else:
+                subprocess.run(["ip", "route", "del", f"{peer}/32"], capture_output=True, check=False)
+
+    @staticmethod
+    def _tbf(interface: str, rate: str, burst: str, latency: str) -> None:
+        sh(
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            interface,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            burst,
+            "latency",
+            latency,
+        )
+
+    def slow(self, rate_mbit: float | None) -> None:
+        """Cap egress at rate_mbit (None: restore the root qdisc found before)."""
+        interface = self.interface()
+        if rate_mbit is not None:
+            self._saved_qdisc = sh("tc", "qdisc", "show", "dev", interface, "root").strip()
+            burst = max(int(rate_mbit * 1250), 16000)  # 10 ms of the rate, as role link_shaping
+            self._tbf(interface, f"{rate_mbit}mbit", str(burst), "100ms")
+            return
+        saved = re.search(r"\btbf\b.*?\brate (\S+) burst (\S+) lat (\S+)", self._saved_qdisc or "")
+        if saved:
+            self._tbf(interface, *saved.groups())
+        else:
+            subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True, check=False)
+
+
+def first_step_start(steps_csv: Path, not_before: float) -> float | None:
+    """Unix time the trainer's first step began (this run's: not before ``not_before``), None until then."""
+    try:
+        with steps_csv.open(newline="") as handle:
+            first = next(csv.DictReader(handle), None)
+    except OSError:
+        return None
+    if not first:
+        return None
+    start = float(first["timestamp"]) - float(first["step_seconds"])
+    return start if float(first["timestamp"]) >= not_before else None
+
+
+class Timeline:
+    def __init__(self, path: Path, faults: list[dict]):
+        self.path = path
+        self.document = {"started": None, "faults": [dict(f, status="planned") for f in faults]}
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.document, indent=2) + "\n")
+        os.replace(tmp, self.path)
+
+    def note(self, entry: dict, **fields) -> None:
+        entry.update(fields)
+        self.save()
+
+
+def wait_until(moment: float, host: Host) -> bool:
+    """Sleep until ``moment`` (Unix); False when the trainer ended first."""
+    while time.time() < moment:
+        if host.ended():
+            return False
+        time.sleep(min(POLL_SECONDS, max(0.0, moment - time.time())))
+    return True
+
+
+def apply(fault: dict, host: Host, on: bool) -> None:
+    kind = fault["kind"]
+    if kind == "kill":
+        host.signal("SIGKILL")
+    elif kind == "pause":
+        host.signal("SIGSTOP" if on else "SIGCONT")
+    elif kind == "partition":
+        host.partition(on)
+    elif kind == "slow":
+        host.slow(fault["rate_mbit"] if on else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    faults = sorted(json.loads(args.faults), key=lambda f: f["at_seconds"])
+    host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p])
+    timeline = Timeline(Path(args.timeline), faults)
+    timeline.save()
+    launched, deadline = time.time(), time.time() + args.timeout
+    start = None
+    while start is None and time.time() < deadline and not host.ended():
+        start = first_step_start(Path(args.steps), launched)
+        if start is None:
+            time.sleep(POLL_SECONDS)
+    if start is None:
+        for entry in timeline.document["faults"]:
+            timeline.note(entry, status="skipped", detail="the trainer never took a step")
+        return 0
+    timeline.note(timeline.document, started=start)
+    for entry in timeline.document["faults"]:
+        if not wait_until(start + entry["at_seconds"], host):
+            timeline.note(entry, status="skipped", detail="the trainer had ended before the fault was due")
+            continue
+        applied = time.time()
+        try:
+            apply(entry, host, on=True)
+        except RuntimeError as exc:
+            timeline.note(entry, status="failed", detail=str(exc), applied_at=applied)
+            continue
+        timeline.note(entry, status="applied", applied_at=applied, applied_seconds=round(applied - start, 3))
+        if entry["duration_seconds"] is None:
+            continue
+        try:  # healed even when the agent is stopped meanwhile (SIGTERM: see main)
+            wait_until(start + entry["at_seconds"] + entry["duration_seconds"], host)
+        finally:
+            heal(entry, host, timeline, start)
+    return 0
+
+
+def heal(entry: dict, host: Host, timeline: Timeline, start: float) -> None:
+    try:
+        apply(entry, host, on=False)
+    except RuntimeError as exc:
+        timeline.note(entry, status="failed", detail=f"heal: {exc}")
+        return
+    healed = time.time()
+    timeline.note(entry, status="healed", healed_at=healed, healed_seconds=round(healed - start, 3))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--faults", required=True, help="JSON list of this host's faults (validate.yml)")
+    parser.add_argument("--steps", required=True, help="the trainer's steps.csv")
+    parser.add_argument("--unit", default="testbed-trainer.service")
+    parser.add_argument("--address", required=True, help="this host's cluster address (its interface)")
+    parser.add_argument("--peers", default="", help="the other peers' cluster addresses, comma-separated")
+    parser.add_argument("--timeline", required=True)
+    parser.add_argument("--timeout", type=float, required=True, help="give up waiting after this many s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
