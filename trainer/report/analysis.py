@@ -9,6 +9,7 @@ from typing import Any
 
 from trainer.report.data import Experiment
 from trainer.report.diagnosis import diagnosis_table, prediction_table
+from trainer.report.faults import faults_table
 from trainer.report.metrics import (
     Table,
     bandwidth_bound,
@@ -65,6 +66,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["diagnosis"] = diagnosis_table(analysis)
     analysis.tables["prediction"] = prediction_table(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
+    analysis.tables["faults"] = faults_table(experiments)
     return analysis
 
 

@@ -93,6 +93,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     averaging = report_plots.averaging_plot(analysis, out)
     effects = report_plots.effect_plots(analysis, out)
     network = report_plots.network_plot(analysis, out)
+    faults = report_plots.fault_plots(analysis, out)
 
     experiments = analysis.experiments
     baselines = sum(e.is_baseline for e in experiments)
@@ -148,6 +149,11 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _section(analysis, "network_thresholds", heading=False),
         _section(analysis, "network", heading=False),
+        "## Faults on purpose (throughput per peer; shaded: each fault's window, dashed: a kill)",
+        "",
+        *(f"![{path.stem}]({path.name})" for path in faults),
+        "",
+        _section(analysis, "faults", heading=False),
         _section(analysis, "experiments"),
     ]
     report = out / "report.md"

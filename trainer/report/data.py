@@ -56,6 +56,8 @@ class Experiment:
     bandwidth_bytes_per_second: float | None = None
     #: experiment.json's ``hosts``: per peer its plan (vcpus, bandwidth_mbit, ...) and the CPU it received
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: experiment.json's ``faults``: each planned fault with its status and actual times (docs/faults.md)
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def strategy(self) -> str:
@@ -138,6 +140,7 @@ def load_experiment(path: Path) -> Experiment | None:
         peers=peers,
         bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
         hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
+        faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
     )
 
 

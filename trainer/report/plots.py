@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from trainer.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
+from trainer.report.faults import fault_windows  # noqa: E402
 from trainer.report.metrics import bandwidth_bound  # noqa: E402
 
 STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452", "ddp": "#4c72b0", "zero": "#8172b2"}
@@ -50,7 +51,8 @@ def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
             style = (
                 {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
             )
-            axis.plot(times, losses, label=f"{e.label()} ({e.experiment_id[-2:]})", **style)
+            (line,) = axis.plot(times, losses, label=f"{e.label()} ({e.experiment_id[-2:]})", **style)
+            _mark_faults(axis, e, line.get_color())
         targets = {analysis.targets[e.experiment_id] for e in groups[key]} - {None}
         for target in targets:
             axis.axhline(target, color="grey", linestyle=":", linewidth=1)
@@ -59,6 +61,60 @@ def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
         axis.set_title(f"{model} / {dataset}, batch size {batch_size}, LR {learning_rate}")
         axis.legend(fontsize=7, ncol=2)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"loss_{model}_{dataset}_bs{batch_size}_lr{learning_rate}")
+        paths.append(_save(figure, out / f"{name}.png"))
+    return paths
+
+
+def _mark_faults(axis: Any, e: Any, colour: str) -> None:
+    """Shade each applied fault's window (a line where it has none: a kill) and name it at the top."""
+    for window in fault_windows(e):
+        start, end = window["start"], window["end"]
+        if end is not None and end > start:
+            axis.axvspan(start, end, color=colour, alpha=0.12)
+        else:
+            axis.axvline(start, color=colour, linestyle="--", linewidth=1)
+        axis.annotate(
+            window.get("spec", window.get("kind", "fault")),
+            (start, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=6,
+            color=colour,
+        )
+
+
+def throughput_series(steps: list[dict[str, Any]], window: float) -> tuple[list[float], list[float]]:
+    """(window end, samples/s over the window) of one peer's steps, in windows of ``window`` seconds."""
+    buckets: dict[int, float] = defaultdict(float)
+    for row in steps:
+        if row.get("wall_seconds") is not None:
+            buckets[int(row["wall_seconds"] // window)] += float(row.get("samples") or 0)
+    if not buckets:
+        return [], []
+    indices = range(min(buckets), max(buckets) + 1)
+    return [(i + 1) * window for i in indices], [buckets.get(i, 0.0) / window for i in indices]
+
+
+def fault_plots(analysis: Analysis, out: Path) -> list[Path]:
+    """Per experiment with faults: every peer's throughput over time, the faults' windows shaded."""
+    paths = []
+    for e in analysis.experiments:
+        if not e.faults:
+            continue
+        figure, axis = plt.subplots(figsize=(8, 4))
+        ends = [row["wall_seconds"] for peer in e.peers for row in peer.steps[-1:] if row.get("wall_seconds")]
+        window = max(1.0, (max(ends) if ends else 60.0) / 60)
+        for peer in e.peers:
+            times, rates = throughput_series(peer.steps, window)
+            axis.step(times, rates, where="post", linewidth=1, label=peer.name)
+        _mark_faults(axis, e, "#c44e52")
+        axis.set_xlabel("wall time since start barrier (s)")
+        axis.set_ylabel(f"samples/s ({window:.0f} s windows)")
+        axis.set_title(f"{e.experiment_id}: throughput per peer and the faults")
+        axis.legend(fontsize=7, ncol=4)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"faults_{e.experiment_id}")
         paths.append(_save(figure, out / f"{name}.png"))
     return paths
 

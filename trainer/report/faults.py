@@ -1,0 +1,111 @@
+"""What each planned fault cost (experiment.json ``faults``, written by playbooks/faults.yml; docs/faults.md).
+
+Per applied fault, from the raw rounds.csv / steps.csv:
+
+- **window**: from the fault's application to its heal (a kill, or a slow link without a duration: the
+  application only);
+- **recovered after**: seconds from the end of the window to the next successful averaging round of the
+  faulted peer (for a kill: of any surviving peer); empty when none came (``rejoined`` false);
+- **rounds failed**: failed rounds of every peer from the application until that recovery (or the run's end);
+- **samples lost**: samples the faulted peer computed in epochs it never averaged (no ok round of its own
+  for that epoch) that ended after the fault began: for a kill the work since its last round, for a pause or
+  partition the samples Hivemind threw away when the peer came back behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.report.data import Experiment
+from trainer.report.metrics import Table
+
+APPLIED = ("applied", "healed")
+COLUMNS = (
+    "experiment_id",
+    "fault",
+    "status",
+    "planned_seconds",
+    "applied_seconds",
+    "healed_seconds",
+    "rounds_failed",
+    "failed_by_cause",
+    "recovered_after_seconds",
+    "rejoined",
+    "samples_lost",
+    "detail",
+)
+
+
+def fault_windows(e: Experiment) -> list[dict[str, Any]]:
+    """The experiment's applied faults: spec, kind, host, and start/end in seconds since the first step."""
+    windows = []
+    for fault in e.faults:
+        if fault.get("status") not in APPLIED or fault.get("applied_seconds") is None:
+            continue
+        start = float(fault["applied_seconds"])
+        end = fault.get("healed_seconds")
+        windows.append({**fault, "start": start, "end": float(end) if end is not None else None})
+    return windows
+
+
+def _ok_rounds_after(rounds: list[dict[str, Any]], moment: float) -> list[float]:
+    return sorted(r["timestamp"] for r in rounds if r["outcome"] == "ok" and r["timestamp"] > moment)
+
+
+def fault_row(e: Experiment, fault: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "experiment_id": e.experiment_id,
+        "fault": fault.get("spec"),
+        "status": fault.get("status"),
+        "planned_seconds": fault.get("at_seconds"),
+        "applied_seconds": fault.get("applied_seconds"),
+        "healed_seconds": fault.get("healed_seconds"),
+        "detail": fault.get("detail", ""),
+    }
+    applied = fault.get("applied_at")
+    if fault.get("status") not in APPLIED or applied is None:
+        return row
+    applied = float(applied)
+    window_end = float(fault.get("healed_at") or applied)
+    peers = {peer.name: peer for peer in e.peers}
+    faulted = peers.get(fault["host"])
+    if fault["kind"] == "kill":
+        witnesses = [peer for name, peer in peers.items() if name != fault["host"]]
+    else:
+        witnesses = [faulted] if faulted is not None else []
+    recoveries = [t for peer in witnesses for t in _ok_rounds_after(peer.rounds, window_end)[:1]]
+    recovered = min(recoveries) if recoveries else None
+    until = recovered if recovered is not None else float("inf")
+    failed = [
+        r
+        for peer in e.peers
+        for r in peer.rounds
+        if r["outcome"] != "ok" and applied <= r["timestamp"] <= until
+    ]
+    causes: dict[str, int] = {}
+    for r in failed:
+        causes[r.get("cause") or "other"] = causes.get(r.get("cause") or "other", 0) + 1
+    row.update(
+        rounds_failed=len(failed),
+        failed_by_cause=" ".join(f"{cause}:{n}" for cause, n in sorted(causes.items())),
+        recovered_after_seconds=round(recovered - window_end, 2) if recovered is not None else None,
+        rejoined=recovered is not None,
+        samples_lost=_samples_lost(faulted, applied) if faulted is not None else None,
+    )
+    return row
+
+
+def _samples_lost(peer: Any, applied: float) -> int:
+    averaged = {int(r["epoch"]) for r in peer.rounds if r["outcome"] == "ok" and r.get("epoch") is not None}
+    lost = 0
+    for step in peer.steps:
+        if step.get("timestamp") is None or step.get("hivemind_epoch") is None:
+            continue
+        if step["timestamp"] >= applied and int(step["hivemind_epoch"]) not in averaged:
+            lost += int(step.get("samples") or 0)
+    return lost
+
+
+def faults_table(experiments: list[Experiment]) -> Table:
+    rows = [fault_row(e, fault) for e in experiments for fault in e.faults]
+    return Table("faults", "Faults on purpose: what each cost (docs/faults.md)", COLUMNS, rows)
