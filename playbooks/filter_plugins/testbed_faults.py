@@ -120,24 +120,26 @@ host)']
     return {"faults": [] if errors else sorted(faults, key=lambda f: f["at_seconds"]), "errors": errors}
 
 
-def testbed_fault_timeline(planned: list[dict[str, Any]], timelines: dict[str, Any]) -> list[dict[str, Any]]:
+def testbed_fault_timeline(planned: list[dict[str, Any]], hostvars: Any) -> list[dict[str, Any]]:
     """experiment.json's ``faults``: each planned fault with what its host's agent recorded.
 
-    ``timelines``: per host the agent's timeline.json (``started``: Unix time of the first step, ``faults``
-    with ``status`` and actual times), None where none was read. Status: applied, healed, skipped, failed,
-    planned (the agent never got to it) or unknown (no timeline).
+    ``hostvars``: per host its variables, where role fault_injection's ``collect`` left the agent's timeline
+    as ``fault_injection_timeline`` (``started``: Unix time of the first step, ``faults`` with ``status`` and
+    actual times). Status: applied, healed, skipped, failed, planned (the agent never got to it) or unknown
+    (no timeline).
 
     >>> plan = [{"spec": "kill:peer-03@60s", "kind": "kill", "host": "peer-03", "at_seconds": 60.0}]
     >>> agent = {"started": 100.0, "faults": [{**plan[0], "status": "applied", "applied_at": 160.4}]}
-    >>> hosts = {"peer-03": agent}
+    >>> hosts = {"peer-03": {"fault_injection_timeline": agent}}
     >>> [(f["status"], f["started"], f["applied_at"]) for f in testbed_fault_timeline(plan, hosts)]
     [('applied', 100.0, 160.4)]
-    >>> testbed_fault_timeline(plan, {"peer-03": None})[0]["status"]
+    >>> testbed_fault_timeline(plan, {"peer-03": {}})[0]["status"]
     'unknown'
     """
     records = []
     for fault in planned:
-        timeline = timelines.get(fault["host"]) or {}
+        host = hostvars.get(fault["host"], {})
+        timeline = host.get("fault_injection_timeline") or {}
         recorded = next((f for f in timeline.get("faults", []) if f.get("spec") == fault["spec"]), None)
         record = {**fault, **(recorded or {}), "started": timeline.get("started")}
         if recorded is None:

@@ -1,0 +1,92 @@
+"""Issue 15: faults on purpose, from the playbook, on the local cluster (one run shares every fault check)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from pathlib import Path
+
+import pytest
+from e2e_support import BIN, extra_vars, read_json, run_playbook
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
+
+PEERS = ["peer-01", "peer-02", "peer-03", "peer-04"]
+# small and quick (tests/e2e/test_local_cluster.py's FAST), long enough for a kill, then a partition
+SETTINGS = {
+    "peers": 4,
+    "model": "smallcnn",
+    "dataset": "synthetic",
+    "batch_size": 16,
+    "max_steps": 120,
+    "target_batch_size": 512,
+    "matchmaking_time": 2,
+    "averaging_timeout": 15,
+    "finish_grace": 10,
+    "start_timeout": 240,
+    "progress_interval": 10,
+    "run_timeout": 900,
+    "monitoring": False,
+    "measure_bandwidth": False,
+    "experiment_id": "e2e-faults",
+    "faults": "kill:peer-04@6s,partition:peer-03@10s+8s",
+}
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _ok_after(rows: list[dict[str, str]], moment: float) -> list[dict[str, str]]:
+    return [r for r in rows if r["outcome"] == "ok" and float(r["timestamp"]) > moment]
+
+
+def test_kill_one_of_four_then_partition_one_of_three(tmp_path):
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **SETTINGS))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-faults"
+    experiment = read_json(results / "experiment.json")
+
+    # a peer killed on purpose does not make the experiment incomplete; the others completed
+    assert experiment["complete"] is True, experiment["incomplete_reason"]
+    assert experiment["expected_incomplete"] and all(
+        p.startswith("peer-04: ") for p in experiment["expected_incomplete"]
+    ), experiment["expected_incomplete"]
+    for peer in PEERS[:3]:
+        assert read_json(results / peer / "summary.json")["complete"] is True, peer
+
+    # the timeline: planned and actual times, from the first step
+    faults = {f["kind"]: f for f in experiment["faults"]}
+    kill, partition = faults["kill"], faults["partition"]
+    assert kill["host"] == "peer-04" and kill["status"] == "applied", kill
+    assert partition["host"] == "peer-03" and partition["status"] == "healed", partition
+    for fault in (kill, partition):
+        assert abs(fault["applied_seconds"] - fault["at_seconds"]) < 2, fault
+    assert abs(partition["healed_seconds"] - partition["applied_seconds"] - 8) < 2, partition
+
+    # the killed peer's series ends cleanly: what it wrote is readable, up to the kill
+    killed_steps = _rows(results / "peer-04" / "steps.csv")
+    assert killed_steps and float(killed_steps[-1]["timestamp"]) <= kill["applied_at"] + 1
+    assert not (results / "peer-04" / "summary.json").exists()
+    # the survivors' rounds after the kill succeed
+    for peer in PEERS[:2]:
+        assert _ok_after(_rows(results / peer / "rounds.csv"), kill["applied_at"]), peer
+
+    # the report gives each fault's cost and says whether the partitioned peer came back
+    report = subprocess.run(
+        [str(BIN / "trainer"), "report", str(tmp_path), "--out", str(tmp_path / "report")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-3000:]
+    costs = {row["fault"]: row for row in _rows(tmp_path / "report" / "faults.csv")}
+    killed = costs["kill:peer-04@6s"]
+    assert killed["rejoined"] == "True" and float(killed["recovered_after_seconds"]) >= 0, killed
+    partitioned = costs["partition:peer-03@10s+8s"]
+    came_back = bool(_ok_after(_rows(results / "peer-03" / "rounds.csv"), partition["healed_at"]))
+    assert partitioned["rejoined"] == str(came_back), partitioned
+    assert int(partitioned["rounds_failed"]) >= 1, partitioned  # its rounds during the partition
+    assert (tmp_path / "report" / "faults_e2e-faults.png").is_file()
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "partition:peer-03@10s+8s" in text
+    print(f"partitioned peer rejoined: {came_back}; costs: {costs}")
