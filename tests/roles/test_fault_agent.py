@@ -1,0 +1,100 @@
+"""Role fault_injection's agent: its network faults applied and healed for real, in a network namespace."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AGENT = Path(__file__).resolve().parents[2] / "roles" / "fault_injection" / "files" / "testbed_fault.py"
+NAMESPACE = "tfa-test"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+def in_namespace(*command: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", NAMESPACE, *command], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.fixture
+def namespace():
+    subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True, check=False)
+    subprocess.run(["ip", "netns", "add", NAMESPACE], check=True)
+    try:
+        in_namespace("ip", "link", "add", "tfa0", "type", "veth", "peer", "name", "tfa1")
+        in_namespace("ip", "addr", "add", "10.77.0.1/24", "dev", "tfa0")
+        in_namespace("ip", "link", "set", "tfa0", "up")
+        in_namespace("ip", "link", "set", "tfa1", "up")
+        # the run's link shaping, which a slow fault must put back
+        in_namespace(*"tc qdisc replace dev tfa0 root tbf rate 100mbit burst 125000 latency 100ms".split())
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "del", NAMESPACE], check=False)
+
+
+def _write_steps(path: Path) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", "timestamp", "step_seconds"])
+        writer.writerow([1, time.time(), 0.05])
+
+
+@needs_root
+def test_partition_and_slow_link_are_applied_then_healed(namespace, tmp_path):
+    faults = [
+        {"spec": "partition:h@0.5s+1.5s", "kind": "partition", "at_seconds": 0.5, "duration_seconds": 1.5},
+        {"spec": "slow:h@2.5s+1.5s=20mbit", "kind": "slow", "at_seconds": 2.5, "duration_seconds": 1.5,
+         "rate_mbit": 20.0},
+    ]  # fmt: skip
+    steps, timeline = tmp_path / "steps.csv", tmp_path / "timeline.json"
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
+         "--steps", str(steps), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
+         "--peers", "10.77.0.2,10.77.0.3", "--timeline", str(timeline), "--timeout", "30"],
+    )  # fmt: skip
+    try:
+        time.sleep(0.3)
+        _write_steps(steps)  # the trainer's first step: the faults' clock starts
+        time.sleep(1.2)
+        routes = in_namespace("ip", "route", "show")
+        assert "blackhole 10.77.0.2" in routes and "blackhole 10.77.0.3" in routes, routes
+        time.sleep(2.0)
+        qdisc = in_namespace("tc", "qdisc", "show", "dev", "tfa0", "root")
+        assert "rate 20Mbit" in qdisc, qdisc
+        assert "blackhole" not in in_namespace("ip", "route", "show")
+        assert agent.wait(timeout=10) == 0
+    finally:
+        agent.kill()
+    qdisc = in_namespace("tc", "qdisc", "show", "dev", "tfa0", "root")
+    assert "tbf" in qdisc and "rate 100Mbit" in qdisc, qdisc  # the link shaping is back
+    recorded = json.loads(timeline.read_text())
+    assert [f["status"] for f in recorded["faults"]] == ["healed", "healed"], recorded
+    for fault in recorded["faults"]:
+        assert abs(fault["applied_seconds"] - fault["at_seconds"]) < 0.5, fault
+        assert abs(fault["healed_seconds"] - fault["applied_seconds"] - fault["duration_seconds"]) < 0.5
+
+
+def test_the_faults_wait_for_this_runs_first_step(tmp_path):
+    """An older run's steps.csv does not start the clock; a trainer that never steps skips every fault."""
+    steps, timeline = tmp_path / "steps.csv", tmp_path / "timeline.json"
+    _write_steps(steps)  # written before the agent started: an earlier run's
+    time.sleep(0.1)
+    fault = {"spec": "kill:h@1s", "kind": "kill", "at_seconds": 1.0, "duration_seconds": None}
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "--faults", json.dumps([fault]), "--steps", str(steps),
+         "--unit", "no-such-unit.service", "--address", "127.0.0.1", "--timeline", str(timeline),
+         "--timeout", "1.5"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    recorded = json.loads(timeline.read_text())
+    assert recorded["started"] is None
+    assert recorded["faults"][0]["status"] == "skipped", recorded
+    assert "never took a step" in recorded["faults"][0]["detail"]
