@@ -33,7 +33,8 @@ def namespace():
         in_namespace("ip", "link", "set", "tfa0", "up")
         in_namespace("ip", "link", "set", "tfa1", "up")
         # the run's link shaping, which a slow fault must put back
-        in_namespace(*"tc qdisc replace dev tfa0 root tbf rate 100mbit burst 125000 latency 100ms".split())
+        shaping = "tc qdisc replace dev tfa0 root tbf rate 100mbit burst 125000 latency 100ms"
+        in_namespace(*shaping.split(" "))
         yield
     finally:
         subprocess.run(["ip", "netns", "del", NAMESPACE], check=False)
