@@ -6,7 +6,9 @@ Per applied fault, from the raw rounds.csv / steps.csv:
   application only);
 - **recovered after**: seconds from the end of the window to the next successful averaging round of the
   faulted peer (for a kill: of any surviving peer); empty when none came (``rejoined`` false);
-- **rounds failed**: failed rounds of every peer from the application until that recovery (or the run's end);
+- **rounds failed**: failed rounds of every peer from the application until the faulted peer is back in step
+  (its first ok round at the collaboration's epoch: the others' latest successful round by then; for a kill,
+  the survivors' recovery), or the run's end: a peer that rejoins behind still loses a round to the download;
 - **samples lost**: samples the faulted peer computed in epochs it never averaged (no ok round of its own
   for that epoch) that ended after the fault began: for a kill the work since its last round, for a pause or
   partition the samples Hivemind threw away when the peer came back behind.
@@ -75,7 +77,11 @@ def fault_row(e: Experiment, fault: dict[str, Any]) -> dict[str, Any]:
         witnesses = [faulted] if faulted is not None else []
     recoveries = [t for peer in witnesses for t in _ok_rounds_after(peer.rounds, window_end)[:1]]
     recovered = min(recoveries) if recoveries else None
-    until = recovered if recovered is not None else float("inf")
+    if fault["kind"] == "kill":
+        until = recovered if recovered is not None else float("inf")
+    else:
+        others = [r for peer in e.peers if peer is not faulted for r in peer.rounds if r["outcome"] == "ok"]
+        until = _back_in_step(faulted.rounds if faulted else [], others, window_end)
     failed = [
         r
         for peer in e.peers
@@ -93,6 +99,18 @@ def fault_row(e: Experiment, fault: dict[str, Any]) -> dict[str, Any]:
         samples_lost=_samples_lost(faulted, applied) if faulted is not None else None,
     )
     return row
+
+
+def _back_in_step(own: list[dict[str, Any]], others: list[dict[str, Any]], after: float) -> float:
+    """Unix time of the peer's first ok round after ``after`` at the others' epoch (inf: none came)."""
+    for r in sorted(own, key=lambda r: r["timestamp"]):
+        if r["outcome"] != "ok" or r["timestamp"] <= after or r.get("epoch") is None:
+            continue
+        earlier = [o for o in others if o["timestamp"] <= r["timestamp"] and o.get("epoch") is not None]
+        ahead = [int(o["epoch"]) for o in earlier]
+        if not ahead or int(r["epoch"]) >= max(ahead):
+            return float(r["timestamp"])
+    return float("inf")
 
 
 def _samples_lost(peer: Any, applied: float) -> int:
