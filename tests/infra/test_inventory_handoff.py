@@ -49,6 +49,7 @@ module "inventory" {
     vcpus           = 2
     memory_mb       = 4096
   }
+  cluster_cidr = "PREFIX.0/24"
 }
 
 output "ansible_inventory" {
@@ -126,6 +127,7 @@ def test_ansible_loads_groups_hosts_and_vars(rendered_inventory):
         assert {key: host[key] for key in PORTS} == PORTS
         assert host["ansible_user"] == "root"
         assert host["testbed_local_cluster"] is False  # from group_vars/all
+        assert host["testbed_cluster_cidr"] == f"{CLUSTER_PREFIX}.0/24"
     assert hostvars["monitor"]["cluster_address"] == f"{CLUSTER_PREFIX}.10"
 
 

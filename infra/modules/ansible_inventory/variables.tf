@@ -55,6 +55,17 @@ variable "monitor" {
   }
 }
 
+variable "cluster_cidr" {
+  description = "The cluster network (IPv4 CIDR): role cluster_firewall accepts the testbed's service ports only from it."
+  type        = string
+  nullable    = false
+
+  validation {
+    condition     = can(cidrhost(var.cluster_cidr, 0)) && length(split(".", split("/", var.cluster_cidr)[0])) == 4
+    error_message = "cluster_cidr must be an IPv4 CIDR such as 10.42.0.0/24."
+  }
+}
+
 variable "ssh_user" {
   description = "The user Ansible logs in as (ansible_user for all hosts)."
   type        = string

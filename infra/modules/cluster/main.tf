@@ -61,6 +61,7 @@ module "inventory" {
     vcpus           = local.hosts["monitor"].vcpus
     memory_mb       = local.hosts["monitor"].memory_mb
   }
-  ssh_user = var.ssh_user
-  ports    = var.ports
+  ssh_user     = var.ssh_user
+  cluster_cidr = var.cluster_cidr
+  ports        = var.ports
 }

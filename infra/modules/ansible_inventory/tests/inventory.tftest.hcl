@@ -16,6 +16,7 @@ variables {
     vcpus           = 2
     memory_mb       = 4096
   }
+  cluster_cidr = "10.42.0.0/24"
 }
 
 run "renders_groups_hosts_and_vars" {
@@ -34,6 +35,10 @@ run "renders_groups_hosts_and_vars" {
   assert {
     condition     = yamldecode(output.yaml).all.vars.hivemind_port == 31337 && yamldecode(output.yaml).all.vars.grafana_port == 3000
     error_message = "Ports must default to the contract's values."
+  }
+  assert {
+    condition     = yamldecode(output.yaml).all.vars.testbed_cluster_cidr == "10.42.0.0/24"
+    error_message = "The cluster network must reach the inventory (role cluster_firewall)."
   }
   assert {
     condition     = output.hosts["peer-02"].cluster_address == "10.42.0.102" && length(output.hosts) == 5
@@ -92,4 +97,14 @@ run "rejects_duplicate_ports" {
   }
 
   expect_failures = [var.ports]
+}
+
+run "rejects_a_cluster_cidr_that_is_not_ipv4" {
+  command = plan
+
+  variables {
+    cluster_cidr = "10.42.0.0"
+  }
+
+  expect_failures = [var.cluster_cidr]
 }

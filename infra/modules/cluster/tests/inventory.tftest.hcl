@@ -53,6 +53,7 @@ run "eight_peers" {
   assert {
     condition = yamldecode(output.ansible_inventory).all.vars == {
       ansible_user         = "root"
+      testbed_cluster_cidr = "10.42.0.0/24"
       trainer_metrics_port = 9410
       hivemind_port        = 31337
       node_exporter_port   = 9100
@@ -60,7 +61,7 @@ run "eight_peers" {
       grafana_port         = 3000
       data_parallel_port   = 29500
     }
-    error_message = "The ports (contract defaults) and ansible_user must be group vars of all."
+    error_message = "The ports (contract defaults), ansible_user and the cluster network must be group vars of all."
   }
   assert {
     condition     = output.hosts["peer-08"] == { vm_id = output.hosts["peer-08"].vm_id, vm_name = "testbed-peer-08", ip = "10.42.0.108", role = "peer", vcpus = 2, cpu_share = 2, memory_mb = 3072 }
