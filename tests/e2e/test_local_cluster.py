@@ -172,8 +172,11 @@ def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
     assert "-e force=true" in again.output
 
 
-def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
+def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monkeypatch):
     prometheus_port = free_port()
+    # issue 15: a secret given by the environment appears in no Ansible output and in no file of the results
+    secret = f"e2e-secret-{time.time_ns()}"
+    monkeypatch.setenv("GRAFANA_ADMIN_PASSWORD", secret)
     settings = {
         **FAST,
         "peers": 4,
@@ -189,6 +192,10 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path):
     results = tmp_path / "e2e-four"
     peers = ["peer-01", "peer-02", "peer-03", "peer-04"]
     experiment = _check_complete(results, peers, "hivemind")
+    assert secret not in run.output
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert not leaked, leaked
+    assert secret in _on_monitor("cat", "/etc/grafana/grafana.ini")  # it did reach Grafana (and only it)
     storage = experiment["storage"]
     assert storage["backend"] == "cephfs"
     assert storage["source"].startswith("cephfs://client.testbed-ro@10.89.66.5/testfs/"), storage
