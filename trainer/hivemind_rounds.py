@@ -125,6 +125,10 @@ CLASS_ATTRIBUTES = {
     "hivemind.optim.progress_tracker.GlobalTrainingProgress": ("epoch", "samples_accumulated", "num_peers"),
     "hivemind.averaging.control.StepControl": ("deadline", "triggered", "done", "cancelled", "exception"),
     "hivemind.utils.mpfuture.MPFuture": ("_uid",),
+    # an all-reduce's share of results that arrived (see RoundTimingMixin._aggregate_with_group)
+    "hivemind.averaging.averager.DecentralizedAverager": ("_running_groups",),
+    "hivemind.averaging.allreduce.AllReduceRunner": ("tensor_part_container",),
+    "hivemind.averaging.partition.TensorPartContainer": ("failed_size", "total_size"),
 }
 
 KIND_GRADIENTS = "gradients"
@@ -273,16 +277,37 @@ class RoundTimingMixin:
             current["allreduce_started"] = time.time()
             current["group_size"] = len(group_info.peer_ids)
         try:
-            return await super()._aggregate_with_group(group_info, *args, **kwargs)
+            gathered = await super()._aggregate_with_group(group_info, *args, **kwargs)
+            if current is not None:
+                current["received"] = self._received_fraction(group_info.group_id)
+            return gathered
         finally:
             if current is not None:
                 current["allreduce_seconds"] = time.perf_counter() - started
+
+    def _received_fraction(self, group_id) -> float | None:
+        """Share of the averaged results this peer received in the group's all-reduce (None: unknown).
+
+        Hivemind lets an all-reduce end when a member's part never came (it logs "Averaging: received 0.0%
+        results") and reports the round done; the peer then keeps its own values for the missing parts. Seen
+        after a network partition: counted here as a failed round, not an ok one.
+        """
+        try:
+            runner = self._running_groups[group_id].result()
+            container = runner.tensor_part_container
+            return 1.0 - container.failed_size / max(1, container.total_size)
+        except Exception:  # the round's record must not depend on it
+            return None
 
     def _report_round(self, step, current: dict[str, Any]) -> None:
         if self.round_queue is None:
             return
         try:
             outcome, error = _outcome_of(step)
+            received = current.get("received")
+            if outcome == "ok" and received is not None and received < 1.0:
+                outcome = "failed"
+                error = f"partial: received {received:.1%} of the averaged results (Hivemind counted it done)"
             record = ChildRound(
                 uid=int(step._uid),
                 kind=self.round_kind,
