@@ -71,8 +71,10 @@ build_node() {
   # crun sometimes fails to create a container's cgroups while other containers start: retry.
   local attempt
   for attempt in 1 2 3; do
+    # (and sometimes the container exits at once, "Failed to connect to bus": it must still run a second later)
     podman run -d --name "$build_container" --hostname "$build_container" "${mounts[@]}" \
-      "$base_image" >/dev/null && break
+      "$base_image" >/dev/null && sleep 1 \
+      && [ "$(podman inspect -f '{{ .State.Running }}' "$build_container")" = true ] && break
     cleanup_build_container
     [ "$attempt" = 3 ] && { log "could not start $build_container"; exit 1; }
     sleep 2
