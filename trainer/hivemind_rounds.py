@@ -279,13 +279,13 @@ class RoundTimingMixin:
         try:
             gathered = await super()._aggregate_with_group(group_info, *args, **kwargs)
             if current is not None:
-                current["received"] = self._received_fraction(group_info.group_id)
+                current["received"] = self._received_fraction(group_info)
             return gathered
         finally:
             if current is not None:
                 current["allreduce_seconds"] = time.perf_counter() - started
 
-    def _received_fraction(self, group_id) -> float | None:
+    def _received_fraction(self, group_info) -> float | None:
         """Share of the averaged results this peer received in the group's all-reduce (None: unknown).
 
         Hivemind lets an all-reduce end when a member's part never came (it logs "Averaging: received 0.0%
@@ -293,7 +293,7 @@ class RoundTimingMixin:
         after a network partition: counted here as a failed round, not an ok one.
         """
         try:
-            runner = self._running_groups[group_id].result()
+            runner = self._running_groups[group_info.group_id].result()
             container = runner.tensor_part_container
             return 1.0 - container.failed_size / max(1, container.total_size)
         except Exception:  # the round's record must not depend on it

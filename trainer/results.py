@@ -51,8 +51,9 @@ ROUND_COLUMNS = (
 #: why a round failed (rounds.csv ``cause``; empty for ok rounds), from what the round's averager saw:
 #: no_group (matchmaking ended without a group: the all-reduce never began), allreduce_timeout (the group's
 #: all-reduce ran out of time), peer_left (the all-reduce began and failed: a member went away or refused
-#: its part, or Hivemind ended it with parts missing and called it done: error "partial: ..."), behind (the peer found the collaboration an epoch ahead, discarded its accumulated samples and
-#: loaded the state from the others), state_download (it was behind and loading the state failed: it is still
+#: its part, or Hivemind ended it with parts missing and called it done: error "partial: ..."), behind (the
+#: peer found the collaboration an epoch ahead, discarded its accumulated samples and loaded the state from
+#: the others), state_download (it was behind and loading the state failed: it is still
 #: behind), other (anything else; the ``error`` column has the exception text). docs/hivemind-behaviour.md.
 ROUND_CAUSES = ("no_group", "allreduce_timeout", "peer_left", "behind", "state_download", "other")
 
