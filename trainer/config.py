@@ -106,6 +106,8 @@ class RunConfig:
     :param initial_peers: Hivemind: multiaddrs (with /p2p/ id) of peers to join; none: this is the bootstrap
         peer
     :param expected_peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
+    :param min_peers: Hivemind: when the start barrier times out with at least this many peers (> 0), they
+        start without the others instead of giving up (0: every expected peer is needed)
     :param start_timeout: Hivemind: seconds to wait at the start barrier before giving up (exit status 3)
     :param finish_grace: Hivemind: seconds a peer that is done keeps serving averaging for the others
     :param rank: DDP/ZeRO: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the rendezvous)
@@ -159,6 +161,12 @@ class RunConfig:
         default=1, metadata=_opt("Hivemind: peers to wait for before the first step; DDP/ZeRO: world size")
     )
     start_timeout: float = field(default=300.0, metadata=_opt("Hivemind: start barrier timeout (s)"))
+    min_peers: int = field(
+        default=0,
+        metadata=_opt(
+            "Hivemind: when the start barrier times out, start anyway with this many (0: all expected)"
+        ),
+    )
     finish_grace: float = field(default=30.0, metadata=_opt("Hivemind: seconds to keep serving when done"))
     rank: int = field(default=0, metadata=_opt("DDP/ZeRO: this process's rank (0 hosts the rendezvous)"))
     rendezvous: str = field(
@@ -263,6 +271,12 @@ class RunConfig:
             raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
         _at_least("target_batch_size", self.target_batch_size, 1)
         _at_least("expected_peers", self.expected_peers, 1)
+        if not 0 <= self.min_peers <= self.expected_peers:
+            raise ConfigError(
+                f"min_peers must be 0 (all) .. expected_peers = {self.expected_peers}",
+                "min_peers",
+                self.min_peers,
+            )
         for name in ("matchmaking_time", "averaging_timeout", "start_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError("must be a positive number of seconds", name, getattr(self, name))

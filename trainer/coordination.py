@@ -58,6 +58,8 @@ class RunCoordinator:
         self.done_key = f"{run_id}_done"
         self.synced_key = f"{run_id}_synced"
         self.released_at: float | None = None  # Unix time the barrier let this peer go
+        #: peers the run started with: expected_peers, or fewer when min_peers let it start without some
+        self.started_with = expected_peers
         self._stop: StopRequest | None = None
         self._pending_stop_read: Any = None
         self._last_stop_read = 0.0
@@ -79,10 +81,12 @@ class RunCoordinator:
 
     # ------------------------------------------------------------------ start barrier
 
-    def wait_for_peers(self, timeout: float) -> float:
+    def wait_for_peers(self, timeout: float, min_peers: int = 0) -> float:
         """Announce this peer, wait until ``expected_peers`` did; return the seconds waited.
 
-        Raises TimeoutError naming how many (and which) peers arrived when ``timeout`` passes first.
+        When ``timeout`` passes first: with ``min_peers`` > 0 and at least that many arrived, they start
+        without the others (``self.started_with`` says how many); else raises TimeoutError naming how many
+        (and which) peers arrived.
         """
         started = time.monotonic()
         deadline = started + timeout
@@ -98,12 +102,20 @@ class RunCoordinator:
                 break
             if time.monotonic() >= deadline:
                 names = sorted(str(entry.get("peer", key)) for key, entry in _as_dicts(arrived).items())
+                if 0 < min_peers <= len(arrived):
+                    log.warning(
+                        "start barrier timed out after %gs with %d of %d expected peers (%s): starting "
+                        "without the others (min_peers %d)", timeout, len(arrived), self.expected_peers,
+                        ", ".join(names), min_peers,
+                    )  # fmt: skip
+                    break
                 raise TimeoutError(
                     f"start barrier timed out after {timeout:g}s: {len(arrived)} of {self.expected_peers} "
                     f"expected peers arrived ({', '.join(names) or 'none'})"
                 )
             time.sleep(self.poll_interval)
         self.released_at = time.time()
+        self.started_with = min(len(arrived), self.expected_peers)
         waited = time.monotonic() - started
         log.info("start barrier released after %.2fs: %d peers arrived", waited, len(arrived))
         return waited
@@ -122,7 +134,7 @@ class RunCoordinator:
                 announced = True
             if announced and now - last_read >= self.poll_interval:
                 last_read = now
-                if len(self._entries(self.synced_key)) >= self.expected_peers:
+                if len(self._entries(self.synced_key)) >= self.started_with:
                     break
             if now - started >= timeout:
                 log.warning(
@@ -197,7 +209,7 @@ class RunCoordinator:
         Returns (seconds waited, peers done, peers expected).
         """
         started = time.monotonic()
-        expected = max(self.expected_peers, len(self._entries(self.barrier_key)))
+        expected = max(self.started_with, len(self._entries(self.barrier_key)))
         done: dict[str, Any] = {}
         while True:
             done = self._entries(self.done_key)

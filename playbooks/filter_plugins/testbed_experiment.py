@@ -55,6 +55,8 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "experiment_id": ("str", None),
     "force": ("bool", False),
     "start_timeout": ("int", 300),
+    # Hivemind: start with this many peers when the start barrier times out without the others (0: all)
+    "min_peers": ("int0", 0),
     "finish_grace": ("float", 30.0),
     "run_timeout": ("int", 3600),
     "progress_interval": ("int", 30),
@@ -81,6 +83,7 @@ TRAINER_FIELDS = (
     "target_loss",
 )
 HIVEMIND_FIELDS = (
+    "min_peers",
     "target_batch_size",
     "local_updates",
     "matchmaking_time",
@@ -211,6 +214,10 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         errors.append(
             f"peers={settings['peers']} but the inventory has only {available} hosts in group peers"
         )
+    if settings["min_peers"] and settings["strategy"] != "hivemind":
+        errors.append("min_peers needs strategy hivemind (a DDP/ZeRO world has a fixed size)")
+    elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
+        errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
     if settings["strategy"] == "hivemind" and settings["peers"] < 2:
         warnings.append("a Hivemind run with one peer has nobody to average with")
     if settings["dataset"] in ("cifar10", "imagefolder") and not settings["data_root"]:

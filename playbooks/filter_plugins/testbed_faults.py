@@ -4,7 +4,8 @@ Syntax (docs/faults.md): faults separated by commas or spaces, each ``KIND:HOST@
 times in seconds from the start barrier's release (``60``, ``60s``, ``1.5m``), rates in Mbit/s (``50``,
 ``50mbit``, ``2gbit``, ``500kbit``):
 
-- ``kill:peer-03@60s`` SIGKILL the peer's trainer (every process of its unit);
+- ``kill:peer-03@60s`` SIGKILL the peer's trainer (every process of its unit); ``kill:peer-03@start``: as soon
+  as its trainer starts, before the start barrier can release (the others go on only with ``min_peers``);
 - ``pause:peer-02@30s+20s`` SIGSTOP the trainer, SIGCONT it 20 s later;
 - ``partition:peer-04@90s+30s`` drop everything the peer sends to the other peers for 30 s, then heal;
 - ``slow:peer-05@40s=50mbit`` (or ``...@40s+60s=50mbit``) cap the peer's outgoing link at 50 Mbit/s, until
@@ -19,12 +20,12 @@ from typing import Any
 KINDS = ("kill", "pause", "partition", "slow")
 NEEDS_DURATION = ("pause", "partition")
 _FAULT = re.compile(
-    r"^(?P<kind>[a-z_]+):(?P<host>[^@\s]+)@(?P<at>[0-9.]+[a-z]*)"
+    r"^(?P<kind>[a-z_]+):(?P<host>[^@\s]+)@(?P<at>start|[0-9.]+[a-z]*)"
     r"(?:\+(?P<duration>[0-9.]+[a-z]*))?(?:=(?P<rate>[0-9.]+[a-z]*))?$"
 )
 _SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _MBIT = {"": 1.0, "mbit": 1.0, "kbit": 1e-3, "gbit": 1e3}
-SYNTAX = "KIND:HOST@TIME[+DURATION][=RATE] (e.g. kill:peer-03@60s, pause:peer-02@30s+20s)"
+SYNTAX = "KIND:HOST@TIME[+DURATION][=RATE] (e.g. kill:peer-03@60s, pause:peer-02@30s+20s, kill:peer-03@start)"
 
 
 def _number(text: str, units: dict[str, float]) -> float | None:
@@ -45,7 +46,12 @@ def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any]
         problems.append(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
     if hosts and host not in hosts:  # no hosts: the settings have other errors, reported already
         problems.append(f"{host} is not in this run (hosts: {', '.join(hosts) or 'none'})")
-    at = _number(match["at"], _SECONDS)
+    before_start = match["at"] == "start"
+    at = 0.0 if before_start else _number(match["at"], _SECONDS)
+    if before_start and kind != "kill":
+        problems.append("only a kill can happen @start (before the start barrier)")
+    if before_start and hosts and host == hosts[0]:
+        problems.append(f"{host} is the bootstrap peer (the others join through it): no kill @start")
     duration = _number(match["duration"], _SECONDS) if match["duration"] else None
     rate = _number(match["rate"], _MBIT) if match["rate"] else None
     if at is None:
@@ -72,6 +78,7 @@ def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any]
         "at_seconds": at,
         "duration_seconds": duration,
         "rate_mbit": rate,
+        "before_start": before_start,
     }
 
 
@@ -86,6 +93,14 @@ def testbed_faults(text: Any, hosts: list[str], strategy: str, run_timeout: floa
     [('kill', 'peer-03', 60.0, None), ('pause', 'peer-02', 60.0, 20.0)]
     >>> plan["errors"]
     []
+    >>> testbed_faults("kill:peer-03@start", hosts, "hivemind", 3600)["faults"][0]["before_start"]
+    True
+    >>> for error in testbed_faults("kill:peer-01@start pause:peer-02@start+5s", hosts, "hivemind", 3600)[
+    ...     "errors"
+    ... ]:
+    ...     print(error)
+    faults: kill:peer-01@start: peer-01 is the bootstrap peer (the others join through it): no kill @start
+    faults: pause:peer-02@start+5s: only a kill can happen @start (before the start barrier)
     >>> testbed_faults("crash:peer-09@10s", hosts, "hivemind", 3600)["errors"]
     ["faults: crash:peer-09@10s: unknown kind 'crash' (kinds: kill, pause, partition, slow); peer-09 is not \
 in this run (hosts: peer-01, peer-02, peer-03)"]

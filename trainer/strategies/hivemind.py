@@ -144,7 +144,8 @@ class HivemindStrategy:
         if optimizer.tracker.global_epoch > optimizer.local_epoch:
             log.info("run under way at epoch %d: loading state from peers", optimizer.tracker.global_epoch)
             optimizer.load_state_from_peers()
-        self.coordinator.wait_for_peers(config.start_timeout)
+        self.coordinator.wait_for_peers(config.start_timeout, config.min_peers)
+        self._details["started_with_peers"] = self.coordinator.started_with
         self._remember_processes()
         self._epoch = optimizer.local_epoch
         self._epoch_started_at = time.monotonic()
@@ -186,7 +187,7 @@ class HivemindStrategy:
         runs ahead while another still waits. It is time blocked on the others, so it counts as averaging
         time; also in ``strategy_details.tracker_sync_seconds``.
         """
-        tracker, expected = self._ready().tracker, self.config.expected_peers
+        tracker, expected = self._ready().tracker, self.coordinator.started_with
         waited = self.coordinator.wait_for_synced(
             lambda: tracker.global_progress.num_peers >= expected, TRACKER_SYNC_SECONDS
         )

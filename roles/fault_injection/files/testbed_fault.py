@@ -157,17 +157,26 @@ def run(args: argparse.Namespace) -> int:
     timeline = Timeline(Path(args.timeline), faults)
     timeline.save()
     launched, deadline = time.time(), time.time() + args.timeout
+    for entry in [f for f in timeline.document["faults"] if f.get("before_start")]:
+        # kill@start: as soon as the trainer runs, before the start barrier can release
+        while not host.active() and time.time() < deadline:
+            time.sleep(POLL_SECONDS)
+        try:
+            apply(entry, host, on=True)
+            timeline.note(entry, status="applied", applied_at=time.time(), applied_seconds=None)
+        except RuntimeError as exc:
+            timeline.note(entry, status="failed", detail=str(exc))
     start = None
     while start is None and time.time() < deadline and not host.ended():
         start = first_step_start(Path(args.steps), launched)
         if start is None:
             time.sleep(POLL_SECONDS)
     if start is None:
-        for entry in timeline.document["faults"]:
+        for entry in [f for f in timeline.document["faults"] if f["status"] == "planned"]:
             timeline.note(entry, status="skipped", detail="the trainer never took a step")
         return 0
     timeline.note(timeline.document, started=start)
-    for entry in timeline.document["faults"]:
+    for entry in [f for f in timeline.document["faults"] if not f.get("before_start")]:
         if not wait_until(start + entry["at_seconds"], host):
             timeline.note(entry, status="skipped", detail="the trainer had ended before the fault was due")
             continue
