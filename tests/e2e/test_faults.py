@@ -167,3 +167,33 @@ def _check_closed_outside() -> None:
                 assert _connects(target, port, via=["podman", "exec", f"{prefix}peer-01"]) == "open", port
     finally:
         _podman("exec", f"{prefix}peer-02", "pkill", "-f", "http.server")
+
+
+def test_a_peer_killed_before_the_start_barrier_and_min_peers(tmp_path):
+    """Issue 15: kill:peer-03@start. With min_peers=2 the other two start when the barrier times out and
+    complete; the experiment is complete (the killed peer is expected to be incomplete). Without min_peers
+    the barrier times out and the run is incomplete: test_local_cluster.py, a peer that never arrives."""
+    settings = {
+        **SETTINGS,
+        "peers": 3,
+        "max_steps": 40,
+        "start_timeout": 30,
+        "min_peers": 2,
+        "experiment_id": "e2e-kill-at-start",
+        "faults": "kill:peer-03@start",
+    }
+    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    assert run.returncode == 0, run.output[-8000:]
+    results = tmp_path / "e2e-kill-at-start"
+    experiment = read_json(results / "experiment.json")
+    assert experiment["complete"] is True, experiment["incomplete_reason"]
+    (kill,) = experiment["faults"]
+    assert kill["status"] == "applied" and kill["applied_seconds"] is None, kill
+    assert all(p.startswith("peer-03: ") for p in experiment["expected_incomplete"]), experiment
+    for peer in ("peer-01", "peer-02"):
+        summary = read_json(results / peer / "summary.json")
+        assert summary["complete"] is True, (peer, summary)
+        assert summary["strategy_details"]["started_with_peers"] == 2, summary["strategy_details"]
+        assert summary["start_wait_seconds"] >= 25, summary  # they waited the barrier out first
+        assert _ok_after(_rows(results / peer / "rounds.csv"), 0), peer
+    assert not (results / "peer-03" / "summary.json").exists()
