@@ -215,6 +215,20 @@ def test_barrier_times_out_naming_who_arrived(dht):
     assert 1.0 <= time.monotonic() - started < 5.0
 
 
+def test_barrier_timeout_with_min_peers_starts_with_those_that_came(dht):
+    from trainer.coordination import RunCoordinator
+
+    first = RunCoordinator(dht, "min-run", "one", expected_peers=3, poll_interval=0.1)
+    first._store(first.barrier_key, {"peer": "one", "time": time.time()})
+    second = RunCoordinator(dht, "min-run", "two", expected_peers=3, poll_interval=0.1)
+    second.subkey = "two/other-peer"
+    with pytest.raises(TimeoutError, match=r"2 of 3 expected peers arrived"):
+        second.wait_for_peers(0.5, min_peers=3)  # not enough for min_peers: the run gives up as before
+    assert second.started_with == 3
+    waited = second.wait_for_peers(0.5, min_peers=2)
+    assert 0.5 <= waited < 3.0 and second.started_with == 2 and second.released_at is not None
+
+
 def test_barrier_releases_when_enough_peers_announced(dht):
     from trainer.coordination import RunCoordinator
 
