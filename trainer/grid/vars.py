@@ -44,6 +44,7 @@ VAR_KINDS: dict[str, Any] = {
     "target_loss": "float",
     "seed": "int0",
     "start_timeout": "int",
+    "min_peers": "int0",
     "finish_grace": "float",
     "run_timeout": "int",
     "progress_interval": "int",
@@ -51,6 +52,7 @@ VAR_KINDS: dict[str, Any] = {
     "measure_bandwidth": "bool",
     "bandwidth_mbit": "float",
     "latency_ms": "float0",
+    "faults": "str",
 }
 PLAYBOOK_VARS = tuple(VAR_KINDS)
 
