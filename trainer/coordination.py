@@ -203,6 +203,11 @@ class RunCoordinator:
             {"peer": self.peer_name, "reason": reason, "epoch": int(epoch), "time": time.time()},
         )
 
+    def others_done(self) -> bool:
+        """Whether every other peer the run started with has announced it is done (one DHT read)."""
+        done = set(self._entries(self.done_key)) - {self.subkey}
+        return len(done) >= self.started_with - 1
+
     def wait_for_others_done(self, timeout: float) -> tuple[float, int, int]:
         """Wait until every peer that passed the barrier announced it is done, at most ``timeout`` seconds.
 

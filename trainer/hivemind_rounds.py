@@ -44,6 +44,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 HIVEMIND_VERSION = "1.1.12"
+#: the round that would take a peer to the collective stop, with no group formed yet and the tracker not
+#: showing the others there: wait at most this long (and the matchmaking time) for a group or for the others
+#: to announce they are done (then the round would find nobody and is skipped)
+FINAL_ROUND_WAIT_SECONDS = 5.0
+FINAL_ROUND_POLL_SECONDS = 0.2
 
 #: Source digests of the hivemind functions whose behaviour this module (and the strategy) relies on or
 #: copies. A new hivemind release changes them; then re-read the functions and update the digests.
@@ -516,6 +521,8 @@ def _define_optimizer_class() -> type:
             self.stop_epoch: int | None = None
             #: reads the freshest stop epoch before each epoch update (the strategy's bounded DHT read)
             self.read_stop_epoch: Callable[[], int | None] | None = None
+            #: whether every other peer already finished (the strategy's DHT read of the done announcements)
+            self.others_done: Callable[[], bool] | None = None
             self.skipped_final_round = False
             super().__init__(**kwargs)
             self._instrument_state_averager()
@@ -566,21 +573,34 @@ def _define_optimizer_class() -> type:
         def _others_finished_without_us(self) -> bool:
             """A lagging peer's last gradient round would find nobody: the others passed the stop epoch.
 
-            True when the collective stop epoch is known, the others already reached it (the tracker's
-            global epoch) while this peer has not, and no group has formed with this peer for its next round
-            (a formed group means others still wait for it). Not with local updates: there peers reach each
-            epoch independently and join the last parameter round after the first one got there.
+            True when the collective stop epoch is known, this peer has not reached it, no group has formed
+            with this peer for its next round (a formed group means others still wait for it), and either
+            its tracker shows the others at the stop epoch or, for the round that would take this peer to
+            the stop, every other peer has announced it is done. The second case catches a peer whose epoch
+            count slipped one behind the others' (it joined their round as its own previous epoch) while its
+            tracker's reads lag: it waits, at most ``FINAL_ROUND_WAIT_SECONDS``, until a group forms or the
+            others are done. Not with local updates: there peers reach each epoch independently and join the
+            last parameter round after the first one got there.
             """
             stop = self.stop_epoch
-            if (
-                stop is None
-                or self.use_local_updates
-                or not self.local_epoch < stop <= self.tracker.global_epoch
-            ):
+            if stop is None or self.use_local_updates or self.local_epoch >= stop:
                 return False
+            if stop <= self.tracker.global_epoch:
+                return not self._group_formed()
+            if self.local_epoch + 1 < stop or self.others_done is None:
+                return False
+            deadline = time.monotonic() + min(self.matchmaking_time, FINAL_ROUND_WAIT_SECONDS)
+            while not self._group_formed():
+                if self.others_done():
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(FINAL_ROUND_POLL_SECONDS)
+            return False
+
+        def _group_formed(self) -> bool:
             control = self.scheduled_grads
-            formed = control is not None and not control.done() and control.stage in GROUP_FORMED
-            return not formed
+            return control is not None and not control.done() and control.stage in GROUP_FORMED
 
         def _average_gradients_and_load_into_optimizer(self, maybe_step_control: Any) -> None:
             started = time.perf_counter()

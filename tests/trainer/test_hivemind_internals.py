@@ -261,9 +261,12 @@ def test_waiting_for_others_to_finish_is_bounded(dht):
     done.announce_done("max_steps", 4)
     waited, finished, expected = done.wait_for_others_done(1.0)
     assert (finished, expected) == (1, 2) and 1.0 <= waited < 3.0
+    assert not done.others_done()  # its own announcement does not count
     other = RunCoordinator(dht, "done-run", "b", expected_peers=2, poll_interval=0.05)
     other.subkey = "b/other-peer"
+    assert other.others_done()  # a's announcement is there
     other.announce_done("collective_finish", 4)
+    assert done.others_done()
     waited, finished, expected = done.wait_for_others_done(5.0)
     assert (finished, expected) == (2, 2) and waited < 1.0
 
@@ -298,16 +301,22 @@ class _Control:
         return False
 
 
-def _optimizer_state(local: int, global_: int, stop: int | None, *, local_updates=False, control=None):
-    from types import SimpleNamespace
+def _optimizer_state(
+    local: int, global_: int, stop: int | None, *, local_updates=False, control=None, others_done=None
+):
+    from types import MethodType, SimpleNamespace
 
-    return SimpleNamespace(
+    state = SimpleNamespace(
         stop_epoch=stop,
         use_local_updates=local_updates,
         local_epoch=local,
         tracker=SimpleNamespace(global_epoch=global_),
         scheduled_grads=control,
+        matchmaking_time=0.5,
+        others_done=others_done,
     )
+    state._group_formed = MethodType(hivemind_rounds.instrumented_optimizer_class()._group_formed, state)
+    return state
 
 
 def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
@@ -323,3 +332,32 @@ def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
     assert decide(_optimizer_state(2, 3, stop=3, control=formed)) is False  # a group waits for this peer
     looking = _Control(AveragingStage.LOOKING_FOR_GROUP)
     assert decide(_optimizer_state(2, 3, stop=3, control=looking)) is True
+
+
+def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_the_others_are_done():
+    """Issue 17's slipped epoch: the others stopped at epoch 3 while this peer counts 2 and its tracker still
+    shows 2; their done announcements decide. Bounded: it goes on to the round when they are not done."""
+    from hivemind.averaging.control import AveragingStage
+
+    decide = hivemind_rounds.instrumented_optimizer_class()._others_finished_without_us
+    reads = []
+
+    def done_after(n: int):
+        def others_done() -> bool:
+            reads.append(n)
+            return len(reads) >= n
+
+        return others_done
+
+    looking = _Control(AveragingStage.LOOKING_FOR_GROUP)
+    assert decide(_optimizer_state(2, 2, stop=3, control=looking, others_done=done_after(2))) is True
+    assert len(reads) == 2  # polled until the others' announcements arrived
+    reads.clear()
+    started = time.monotonic()
+    assert decide(_optimizer_state(2, 2, stop=3, others_done=lambda: False)) is False  # nobody done: round
+    assert 0.4 <= time.monotonic() - started < 2  # waited the matchmaking time (0.5 s), no longer
+    formed = _Control(AveragingStage.AWAITING_TRIGGER)
+    assert decide(_optimizer_state(2, 2, stop=3, control=formed, others_done=done_after(1))) is False
+    assert not reads  # a formed group: no read at all
+    assert decide(_optimizer_state(1, 1, stop=3, others_done=done_after(1))) is False  # not the last round
+    assert not reads

@@ -124,6 +124,7 @@ class HivemindStrategy:
             self.dht, config.run_id, config.resolved_peer_id, expected_peers=config.expected_peers
         )
         self.optimizer.read_stop_epoch = self._read_stop_epoch
+        self.optimizer.others_done = self.coordinator.others_done
         self._remember_processes()
 
     def _remember_processes(self) -> None:
