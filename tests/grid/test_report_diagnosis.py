@@ -130,3 +130,37 @@ def test_prediction_against_a_hand_computation():
     measured = 2 * 16 * 32 / (16 * 0.2 + 4 * 2.0) / baseline_rate
     assert row["measured_speedup"] == pytest.approx(measured)
     assert row["error"] == pytest.approx(row["predicted_speedup"] / measured - 1)
+
+
+def test_the_preprocessing_table_compares_data_pipelines_per_model():
+    """Issue 14: each baseline on an image folder with its preprocessing and workers, its data-loading share,
+    and the factor between the slowest and the fastest pipeline of one model; other runs stay out."""
+    from trainer.report.analysis import preprocessing_factors
+
+    def baseline(name: str, data: float, preprocessing: str, workers: int) -> Experiment:
+        peer = PeerRun("baseline", _steps(data, 0.010, 0.0), [], True)
+        settings = {"strategy": "baseline", "peers": 1, "model": "smallcnn", "dataset": "imagefolder",
+                    "batch_size": 32, "learning_rate": 0.01,
+                    "preprocessing": preprocessing, "data_workers": workers}  # fmt: skip
+        return Experiment(name, Path(name), settings, True, [peer], hosts={})
+
+    experiments = [
+        baseline("decode-w0", 0.030, "decode", 0),
+        baseline("cached-w0", 0.0005, "cached", 0),
+        baseline("decode-w2", 0.010, "decode", 2),
+        _run("unrelated", [_peer("peer-01", 0.001, 0.010, 0.0, 0.0)]),
+    ]
+    analysis = analyse(experiments, target_loss=None, bandwidth=None)
+    rows = {row["experiment_id"]: row for row in analysis.tables["preprocessing"].rows}
+    assert set(rows) == {"decode-w0", "cached-w0", "decode-w2"}
+    assert rows["decode-w0"]["data_share"] == pytest.approx(0.030 / 0.040)
+    assert rows["cached-w0"]["data_share"] == pytest.approx(0.0005 / 0.0105)
+    assert rows["decode-w0"]["speed_vs_slowest"] == pytest.approx(1.0)
+    assert rows["cached-w0"]["speed_vs_slowest"] == pytest.approx(0.040 / 0.0105)
+    assert [e.label() for e in experiments[:3]] == [
+        "baseline bs32 lr0.01 decode", "baseline bs32 lr0.01 cached", "baseline bs32 lr0.01 decode w2"
+    ]  # fmt: skip
+    [line] = preprocessing_factors(analysis.tables["preprocessing"])
+    assert line.startswith(
+        f"smallcnn on imagefolder: {0.040 / 0.0105:.2f}x between the slowest (decode, 0 workers)"
+    )

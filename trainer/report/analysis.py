@@ -67,6 +67,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     analysis.tables["prediction"] = prediction_table(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     analysis.tables["faults"] = faults_table(experiments)
+    analysis.tables["preprocessing"] = _preprocessing(analysis, rows)
     return analysis
 
 
@@ -467,6 +468,79 @@ def _network(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     return _table("network", "Shaped links: step-time shares per link rate", table, columns)
 
 
+def _preprocessing(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """Runs that chose a data pipeline (an image folder's preprocessing, or data workers): throughput and
+    data-loading share per strategy, and each one's speed against the slowest of its model and dataset."""
+    breakdown = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
+    table = []
+    for e in analysis.experiments:
+        s = e.settings
+        if s.get("dataset") != "imagefolder" and not s.get("data_workers"):
+            continue
+        parts = breakdown[e.experiment_id]
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "strategy": e.strategy,
+                "peers": e.peer_count,
+                "model": s.get("model"),
+                "dataset": s.get("dataset"),
+                "preprocessing": (s.get("preprocessing") or "decode")
+                if s.get("dataset") == "imagefolder"
+                else "",
+                "data_workers": int(s.get("data_workers") or 0),
+                "samples_per_second": rows[e.experiment_id]["samples_per_second"],
+                "data_ms": parts["data_ms"],
+                "compute_ms": parts["compute_ms"],
+                "data_share": parts["data_share"],
+            }
+        )
+    slowest: dict[tuple[Any, Any], float] = {}
+    for row in table:
+        speed, key = row["samples_per_second"], (row["model"], row["dataset"])
+        if is_number(speed) and speed > 0:
+            slowest[key] = min(speed, slowest.get(key, speed))
+    for row in table:
+        base, speed = slowest.get((row["model"], row["dataset"])), row["samples_per_second"]
+        row["speed_vs_slowest"] = speed / base if base and is_number(speed) else None
+    table.sort(
+        key=lambda row: (str(row["model"]), str(row["dataset"]), row["preprocessing"], row["data_workers"])
+    )
+    title = "Preprocessing strategies: throughput and data-loading share"
+    return _table("preprocessing", title, table)
+
+
+def preprocessing_factors(table: Table) -> list[str]:
+    """One line per model and dataset: the factor between its slowest and fastest data pipeline.
+
+    >>> rows = [{"model": "m", "dataset": "d", "preprocessing": "decode", "data_workers": 0,
+    ...          "samples_per_second": 100.0}, {"model": "m", "dataset": "d", "preprocessing": "cached",
+    ...          "data_workers": 0, "samples_per_second": 320.0}]
+    >>> preprocessing_factors(Table("preprocessing", "", ("model",), rows))
+    ['m on d: 3.20x between the slowest (decode, 0 workers) and the fastest (cached, 0 workers)']
+    """
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in table.rows:
+        if is_number(row["samples_per_second"]):
+            groups[row["model"], row["dataset"]].append(row)
+    lines = []
+    for (model, dataset), members in groups.items():
+        slow = min(members, key=lambda row: row["samples_per_second"])
+        fast = max(members, key=lambda row: row["samples_per_second"])
+        if slow is fast or not slow["samples_per_second"]:
+            continue
+        factor = fast["samples_per_second"] / slow["samples_per_second"]
+        lines.append(
+            f"{model} on {dataset}: {factor:.2f}x between the slowest ({_pipeline(slow)}) "
+            f"and the fastest ({_pipeline(fast)})"
+        )
+    return lines
+
+
+def _pipeline(row: dict[str, Any]) -> str:
+    return f"{row['preprocessing'] or 'in memory'}, {row['data_workers']} workers"
+
+
 def _network_thresholds(network: list[dict[str, Any]]) -> Table:
     """Per setting without its link rate: the rates where averaging bounds the run, and the highest of them.
 
@@ -516,4 +590,4 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["Analysis", "analyse", "breakdown_row", "merged_steps", "is_number"]
+__all__ = ["Analysis", "analyse", "breakdown_row", "merged_steps", "is_number", "preprocessing_factors"]

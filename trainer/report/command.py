@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.report.analysis import Analysis, analyse
+from trainer.report.analysis import Analysis, analyse, preprocessing_factors
 from trainer.report.data import load_experiments
 from trainer.report.metrics import __doc__ as DEFINITIONS
 
@@ -154,6 +154,9 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"![{path.stem}]({path.name})" for path in faults),
         "",
         _section(analysis, "faults", heading=False),
+        _section(analysis, "preprocessing"),
+        *(f"- {line}" for line in preprocessing_factors(analysis.tables["preprocessing"])),
+        "",
         _section(analysis, "experiments"),
     ]
     report = out / "report.md"

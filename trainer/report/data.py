@@ -32,6 +32,8 @@ SETTING_KEYS = (
     "target_batch_size",
     "local_updates",
     "bandwidth_mbit",
+    "preprocessing",
+    "data_workers",
 )
 
 
@@ -88,12 +90,19 @@ class Experiment:
         """A short human label of the setting (without the id)."""
         s = self.settings
         if self.is_baseline:
-            return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}"
+            return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}{self._data_label()}"
         if self.strategy in ("ddp", "zero"):
             return f"{self.strategy} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
         return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"
+
+    def _data_label(self) -> str:
+        """The data pipeline where it is not the default: an image folder's preprocessing, data workers."""
+        s = self.settings
+        label = f" {s.get('preprocessing') or 'decode'}" if s.get("dataset") == "imagefolder" else ""
+        workers = int(s.get("data_workers") or 0)
+        return label + (f" w{workers}" if workers else "")
 
 
 def load_experiments(results_dir: Path) -> list[Experiment]:
