@@ -56,6 +56,7 @@ class RunSession:
         self.exit_detail: str | None = None
         self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
         self.cpu_at_loop_end: cpu_usage.CpuSnapshot | None = None
+        self.loop_end: float | None = None  # Unix time the training loop ended (the finish follows)
         self.memory: dict[str, Any] | None = None  # measured at the loop's end
 
     # ---------------------------------------------------------------- phases
@@ -147,6 +148,7 @@ class RunSession:
                 signals=self.signals,
             )
             exit_reason = loop.run(clock_origin=self.barrier_release)
+            self.loop_end = time.time()
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
             self.cpu_at_loop_end = cpu_usage.snapshot()
             self.memory = self._memory_profile(strategy)
@@ -198,6 +200,7 @@ class RunSession:
             barrier_release_timestamp=self.barrier_release,
             start_wait_seconds=self.start_wait,
             end_timestamp=time.time(),
+            loop_end_timestamp=self.loop_end,
             extra={
                 "exit_detail": self.exit_detail,
                 "cpu_received": self._cpu_received(),

@@ -114,10 +114,16 @@ class RunStats:
         barrier_release_timestamp: float | None,
         start_wait_seconds: float | None,
         end_timestamp: float,
+        loop_end_timestamp: float | None = None,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The summary.json document (schema in docs/architecture.md)."""
-        wall = end_timestamp - barrier_release_timestamp if barrier_release_timestamp is not None else 0.0
+        """The summary.json document (schema in docs/architecture.md). ``samples_per_second`` is the training
+        loop's (barrier release to the loop's end, ``training_seconds``); ``wall_seconds`` also counts the
+        finish (a collaborative peer may wait for the others there, which is not training slower)."""
+        released = barrier_release_timestamp
+        wall = end_timestamp - released if released is not None else 0.0
+        loop_end = loop_end_timestamp if loop_end_timestamp is not None else end_timestamp
+        training = loop_end - released if released is not None else 0.0
         document: dict[str, Any] = {
             "run_id": run_id,
             "peer_id": peer_id,
@@ -127,7 +133,8 @@ class RunStats:
             "steps": self.steps,
             "samples": self.samples,
             "wall_seconds": wall,
-            "samples_per_second": self.samples / wall if wall > 0 else None,
+            "training_seconds": training,
+            "samples_per_second": self.samples / training if training > 0 else None,
             "start_timestamp": start_timestamp,
             "barrier_release_timestamp": barrier_release_timestamp,
             "start_wait_seconds": start_wait_seconds,

@@ -132,9 +132,12 @@ def test_stats_summary() -> None:
         start_timestamp=0.0,
         barrier_release_timestamp=0.5,
         start_wait_seconds=0.0,
-        end_timestamp=20.5,
+        end_timestamp=30.5,
+        loop_end_timestamp=20.5,
     )
     assert summary["complete"] is True and summary["steps"] == 20 and summary["samples"] == 640
+    # the loop's throughput (20 s from the release to the loop's end), not counting the 10 s finish
+    assert (summary["wall_seconds"], summary["training_seconds"]) == (30.0, 20.0)
     assert summary["samples_per_second"] == pytest.approx(32.0)
     assert summary["rounds_ok"] == 1 and summary["rounds_failed"] == 1
     # smoothed loss (mean of the last 10 steps) first <= 0.5 at step 20: mean of 0.9 … 0.0 = 0.45
