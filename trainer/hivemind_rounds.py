@@ -33,6 +33,7 @@ import contextvars
 import hashlib
 import inspect
 import logging
+import math
 import multiprocessing
 import queue
 import threading
@@ -40,6 +41,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainer.results import PARTIAL_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +315,8 @@ class RoundTimingMixin:
             received = current.get("received")
             if outcome == "ok" and received is not None and received < 1.0:
                 outcome = "failed"
-                error = f"partial: received {received:.1%} of the averaged results (Hivemind counted it done)"
+                share = f"{math.floor(received * 1000) / 10:.1f}%"  # rounded down: never "100.0%"
+                error = f"{PARTIAL_ERROR} received {share} of the averaged results (Hivemind counted it done)"
             record = ChildRound(
                 uid=int(step._uid),
                 kind=self.round_kind,

@@ -51,11 +51,14 @@ ROUND_COLUMNS = (
 #: why a round failed (rounds.csv ``cause``; empty for ok rounds), from what the round's averager saw:
 #: no_group (matchmaking ended without a group: the all-reduce never began), allreduce_timeout (the group's
 #: all-reduce ran out of time), peer_left (the all-reduce began and failed: a member went away or refused
-#: its part, or Hivemind ended it with parts missing and called it done: error "partial: ..."), behind (the
-#: peer found the collaboration an epoch ahead, discarded its accumulated samples and loaded the state from
-#: the others), state_download (it was behind and loading the state failed: it is still
-#: behind), other (anything else; the ``error`` column has the exception text). docs/hivemind-behaviour.md.
-ROUND_CAUSES = ("no_group", "allreduce_timeout", "peer_left", "behind", "state_download", "other")
+#: its part), partial (Hivemind ended the all-reduce with some parts of the result missing and called it
+#: done; the peer kept its own values for them: error "partial: ..."), behind (the peer found the
+#: collaboration an epoch ahead, discarded its accumulated samples and loaded the state from the others),
+#: state_download (it was behind and loading the state failed: it is still behind), other (anything else;
+#: the ``error`` column has the exception text). docs/hivemind-behaviour.md.
+ROUND_CAUSES = ("no_group", "allreduce_timeout", "peer_left", "partial", "behind", "state_download", "other")
+#: the start of a ``partial`` round's error text
+PARTIAL_ERROR = "partial:"
 
 
 def failure_cause(outcome: str, allreduce_seconds: float | None, error: str | None) -> str:
@@ -67,11 +70,15 @@ def failure_cause(outcome: str, allreduce_seconds: float | None, error: str | No
     'allreduce_timeout'
     >>> failure_cause("failed", 0.3, "AllreduceException: peer disconnected")
     'peer_left'
+    >>> failure_cause("failed", 0.04, "partial: received 81.9% of the averaged results")
+    'partial'
     >>> failure_cause("failed", None, "ValueError: bad tensor")
     'other'
     """
     if outcome == "ok":
         return ""
+    if (error or "").startswith(PARTIAL_ERROR):
+        return "partial"
     began = allreduce_seconds is not None
     text = (error or "").lower()
     if not began and (outcome == "timeout" or "group" in text or "matchmaking" in text):
