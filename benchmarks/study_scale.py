@@ -95,6 +95,7 @@ def trainer_args(
             "--target-batch-size", str(args.target_batch_size),
             "--local-updates" if config.local_updates else "--no-local-updates",
             "--matchmaking-time", str(args.matchmaking_time),
+            "--average-state-every", str(args.average_state_every),
             "--averaging-timeout", str(args.averaging_timeout),
             "--finish-grace", str(args.finish_grace), "--start-timeout", "300",
         ]  # fmt: skip
@@ -245,6 +246,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--target-batch-size", type=int, default=1250)
     parser.add_argument("--matchmaking-time", type=float, default=3.0)
+    parser.add_argument(
+        "--average-state-every",
+        type=int,
+        default=1,
+        help="Hivemind: average parameters every N epochs (1, Hivemind's default: in the background)",
+    )
     parser.add_argument("--averaging-timeout", type=float, default=60.0)
     parser.add_argument("--finish-grace", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one configuration may take")
@@ -286,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[study-scale] {config.name}: {time.monotonic() - started:.0f} s", flush=True)
     print(
         f"\nmachine: {os.cpu_count()} cores; {args.model}, {args.dataset}, batch {args.batch_size}, "
-        f"lr {args.learning_rate}, TBS {args.target_batch_size}, {args.steps} steps per process"
+        f"lr {args.learning_rate}, TBS {args.target_batch_size}, {args.steps} steps per process, "
+        f"parameters averaged every {args.average_state_every} epochs"
     )
     print("\n".join(table(args, configurations)))
     print(

@@ -101,6 +101,10 @@ class RunConfig:
     :param local_updates: Hivemind: step the optimizer every local step and average parameters at epoch end
         (True) or accumulate gradients and average them (False)
     :param matchmaking_time: Hivemind: seconds spent forming an averaging group
+    :param average_state_every: Hivemind: average the parameters (and optimizer state) with the others every
+        this many epochs (Hivemind's default 1). Without local updates the gradients are averaged every epoch
+        anyway and this round is a safeguard against drift that runs in the background, on the peer's cores
+        (docs/study-scale.md); with local updates it is how the peers agree
     :param averaging_timeout: Hivemind: seconds after which an averaging round is abandoned
     :param listen: Hivemind: multiaddr the DHT/p2pd listens on
     :param initial_peers: Hivemind: multiaddrs (with /p2p/ id) of peers to join; none: this is the bootstrap
@@ -152,6 +156,10 @@ class RunConfig:
     target_batch_size: int = field(default=4096, metadata=_opt("Hivemind: samples per Hivemind epoch"))
     local_updates: bool = field(default=False, metadata=_opt("Hivemind: local updates (parameter averaging)"))
     matchmaking_time: float = field(default=5.0, metadata=_opt("Hivemind: matchmaking seconds"))
+    average_state_every: int = field(
+        default=1,
+        metadata=_opt("Hivemind: average parameters and optimizer state every N epochs", metavar="N"),
+    )
     averaging_timeout: float = field(default=60.0, metadata=_opt("Hivemind: averaging round timeout (s)"))
     listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))
     initial_peers: list[str] = field(
@@ -271,6 +279,7 @@ class RunConfig:
             raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
         _at_least("target_batch_size", self.target_batch_size, 1)
         _at_least("expected_peers", self.expected_peers, 1)
+        _at_least("average_state_every", self.average_state_every, 1)
         if not 0 <= self.min_peers <= self.expected_peers:
             raise ConfigError(
                 f"min_peers must be 0 (all) .. expected_peers = {self.expected_peers}",

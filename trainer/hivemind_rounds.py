@@ -119,6 +119,7 @@ KEYWORDS = {
         "use_local_updates",
         "matchmaking_time",
         "averaging_timeout",
+        "average_state_every",
         "target_batch_size",
         "batch_size_per_step",
     ),

@@ -46,6 +46,8 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "target_batch_size": ("int", 4096),
     "local_updates": ("bool", False),
     "matchmaking_time": ("float", 5.0),
+    # Hivemind: parameters (and optimizer state) averaged every N epochs (docs/study-scale.md)
+    "average_state_every": ("int", 1),
     "averaging_timeout": ("float", 60.0),
     "vcpus": ("int", None),
     "data_workers": ("int0", 0),
@@ -87,6 +89,7 @@ HIVEMIND_FIELDS = (
     "target_batch_size",
     "local_updates",
     "matchmaking_time",
+    "average_state_every",
     "averaging_timeout",
     "finish_grace",
 )

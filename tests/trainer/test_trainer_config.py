@@ -94,6 +94,7 @@ BAD_INPUTS = [
     (["--initial-peers", "/ip4/300.1.1.1/tcp/1/p2p/QmXf"], "bad ip4 address"),
     (["--listen", "/ip4/0.0.0.0/tcp/99999"], "port out of range"),
     (["--expected-peers", "0"], "expected_peers=0"),
+    (["--average-state-every", "0"], "average_state_every=0"),
     (["--start-timeout", "0"], "start_timeout=0"),
     (["--peer-id", "a b"], "peer_id=a b"),
     (["--run-id", "lr0.01"], "run_id=lr0.01"),

@@ -37,6 +37,7 @@ VAR_KINDS: dict[str, Any] = {
     "target_batch_size": "int",
     "local_updates": "bool",
     "matchmaking_time": "float",
+    "average_state_every": "int",
     "averaging_timeout": "float",
     "data_workers": "int0",
     "preprocessing": PREPROCESSING,

@@ -115,6 +115,7 @@ class HivemindStrategy:
             optimizer=lambda params: build_optimizer(config.optimizer, params, config.learning_rate),
             use_local_updates=config.local_updates,
             matchmaking_time=config.matchmaking_time,
+            average_state_every=config.average_state_every,
             averaging_timeout=config.averaging_timeout,
             grad_averager_factory=None if config.local_updates else grad_averager,
             tracker_opts=tracker_options(config.matchmaking_time),
