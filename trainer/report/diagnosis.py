@@ -28,7 +28,8 @@ STRAGGLER_RATIO = 0.7
 CPU_RECEIVED_RATIO = 0.8
 KNOBS = {
     "data": "more data workers (data_workers), a local copy of the dataset, preprocessing once",
-    "compute": "more vCPUs per peer, or more peers",
+    "compute": "more vCPUs per peer, or more peers; Hivemind without local updates: a larger "
+    "average_state_every (its background parameter rounds slow the compute, docs/study-scale.md)",
     "communication": "a larger target batch size (fewer rounds per sample), more bandwidth, local updates",
     "coordination": "a shorter matchmaking_time or a larger target batch size; see the failed rounds",
     "straggler": "more vCPUs or bandwidth for the slow peer, or leave it out",
