@@ -93,6 +93,17 @@ def test_each_bound_is_named(diagnosis, name):
     assert row["knob"] and row["evidence"]
 
 
+def test_the_compute_knob_names_parameter_rounds_only_for_hivemind_averaging_gradients(diagnosis):
+    assert "average_state_every" in diagnosis["compute"]["knob"]  # hivemind, no local updates
+    local = analyse(
+        [_run("lu", [_peer(f"peer-0{i}", 0.01, 0.5, 0.02, 0.08) for i in (1, 2)], local_updates=True)],
+        target_loss=None,
+        bandwidth=None,
+    )
+    [row] = local.tables["diagnosis"].rows
+    assert row["bound"] == "compute" and "average_state_every" not in row["knob"]
+
+
 def test_evidence_gives_the_shares(diagnosis):
     row = diagnosis["communication"]
     step = 0.01 + 0.1 + 0.4

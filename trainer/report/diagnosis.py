@@ -28,13 +28,17 @@ STRAGGLER_RATIO = 0.7
 CPU_RECEIVED_RATIO = 0.8
 KNOBS = {
     "data": "more data workers (data_workers), a local copy of the dataset, preprocessing once",
-    "compute": "more vCPUs per peer, or more peers; Hivemind without local updates: a larger "
-    "average_state_every (its background parameter rounds slow the compute, docs/study-scale.md)",
+    "compute": "more vCPUs per peer, or more peers",
     "communication": "a larger target batch size (fewer rounds per sample), more bandwidth, local updates",
     "coordination": "a shorter matchmaking_time or a larger target batch size; see the failed rounds",
     "straggler": "more vCPUs or bandwidth for the slow peer, or leave it out",
     "host": "fix the CPU placement (docs/fair-cpu.md): the peers did not get the CPU they were promised",
 }
+#: added to a compute-bound Hivemind run's knob when it averaged gradients (no local updates)
+HIVEMIND_COMPUTE_KNOB = (
+    "; a larger average_state_every (Hivemind's background parameter rounds slow the compute, "
+    "docs/study-scale.md)"
+)
 
 
 def split_averaging(e: Experiment) -> tuple[float, float]:
@@ -91,8 +95,13 @@ def diagnose(e: Experiment, breakdown: dict[str, Any], peers: list[dict[str, Any
         "bound": bound,
         **{f"{part}_share": share for part, share in shares.items()},
         "evidence": "; ".join(evidence),
-        "knob": KNOBS[bound],
+        "knob": KNOBS[bound]
+        + (HIVEMIND_COMPUTE_KNOB if bound == "compute" and _averages_gradients(e) else ""),
     }
+
+
+def _averages_gradients(e: Experiment) -> bool:
+    return e.strategy == "hivemind" and not e.settings.get("local_updates")
 
 
 def _straggler(peers: list[dict[str, Any]]) -> str | None:
