@@ -474,8 +474,8 @@ def _preprocessing(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table
     breakdown = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
     table = []
     for e in analysis.experiments:
-        s = e.settings
-        if s.get("dataset") != "imagefolder" and not s.get("data_workers"):
+        preprocessing, workers = e.data_pipeline()
+        if not preprocessing and not workers:
             continue
         parts = breakdown[e.experiment_id]
         table.append(
@@ -483,31 +483,35 @@ def _preprocessing(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table
                 "experiment_id": e.experiment_id,
                 "strategy": e.strategy,
                 "peers": e.peer_count,
-                "model": s.get("model"),
-                "dataset": s.get("dataset"),
-                "preprocessing": (s.get("preprocessing") or "decode")
-                if s.get("dataset") == "imagefolder"
-                else "",
-                "data_workers": int(s.get("data_workers") or 0),
+                "model": e.settings.get("model"),
+                "dataset": e.settings.get("dataset"),
+                "preprocessing": preprocessing,
+                "data_workers": workers,
                 "samples_per_second": rows[e.experiment_id]["samples_per_second"],
                 "data_ms": parts["data_ms"],
                 "compute_ms": parts["compute_ms"],
                 "data_share": parts["data_share"],
+                "speed_vs_slowest": None,
             }
         )
-    slowest: dict[tuple[Any, Any], float] = {}
-    for row in table:
-        speed, key = row["samples_per_second"], (row["model"], row["dataset"])
-        if is_number(speed) and speed > 0:
-            slowest[key] = min(speed, slowest.get(key, speed))
-    for row in table:
-        base, speed = slowest.get((row["model"], row["dataset"])), row["samples_per_second"]
-        row["speed_vs_slowest"] = speed / base if base and is_number(speed) else None
+    for members in _by_model(table):
+        slowest = members[0]["samples_per_second"]
+        for row in members:
+            row["speed_vs_slowest"] = row["samples_per_second"] / slowest
     table.sort(
         key=lambda row: (str(row["model"]), str(row["dataset"]), row["preprocessing"], row["data_workers"])
     )
     title = "Preprocessing strategies: throughput and data-loading share"
     return _table("preprocessing", title, table)
+
+
+def _by_model(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The rows with a measured throughput, per model and dataset, slowest first."""
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if is_number(row["samples_per_second"]) and row["samples_per_second"] > 0:
+            groups[row["model"], row["dataset"]].append(row)
+    return [sorted(members, key=lambda row: row["samples_per_second"]) for members in groups.values()]
 
 
 def preprocessing_factors(table: Table) -> list[str]:
@@ -519,19 +523,14 @@ def preprocessing_factors(table: Table) -> list[str]:
     >>> preprocessing_factors(Table("preprocessing", "", ("model",), rows))
     ['m on d: 3.20x between the slowest (decode, 0 workers) and the fastest (cached, 0 workers)']
     """
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
-    for row in table.rows:
-        if is_number(row["samples_per_second"]):
-            groups[row["model"], row["dataset"]].append(row)
     lines = []
-    for (model, dataset), members in groups.items():
-        slow = min(members, key=lambda row: row["samples_per_second"])
-        fast = max(members, key=lambda row: row["samples_per_second"])
-        if slow is fast or not slow["samples_per_second"]:
+    for members in _by_model(table.rows):
+        slow, fast = members[0], members[-1]
+        if slow is fast:
             continue
         factor = fast["samples_per_second"] / slow["samples_per_second"]
         lines.append(
-            f"{model} on {dataset}: {factor:.2f}x between the slowest ({_pipeline(slow)}) "
+            f"{slow['model']} on {slow['dataset']}: {factor:.2f}x between the slowest ({_pipeline(slow)}) "
             f"and the fastest ({_pipeline(fast)})"
         )
     return lines

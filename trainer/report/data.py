@@ -97,12 +97,16 @@ class Experiment:
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
         return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"
 
-    def _data_label(self) -> str:
-        """The data pipeline where it is not the default: an image folder's preprocessing, data workers."""
+    def data_pipeline(self) -> tuple[str, int]:
+        """(an image folder's preprocessing, "" for in-memory datasets; DataLoader workers)."""
         s = self.settings
-        label = f" {s.get('preprocessing') or 'decode'}" if s.get("dataset") == "imagefolder" else ""
-        workers = int(s.get("data_workers") or 0)
-        return label + (f" w{workers}" if workers else "")
+        preprocessing = (s.get("preprocessing") or "decode") if s.get("dataset") == "imagefolder" else ""
+        return preprocessing, int(s.get("data_workers") or 0)
+
+    def _data_label(self) -> str:
+        """The data pipeline where it is not the default, for the label."""
+        preprocessing, workers = self.data_pipeline()
+        return (f" {preprocessing}" if preprocessing else "") + (f" w{workers}" if workers else "")
 
 
 def load_experiments(results_dir: Path) -> list[Experiment]:
