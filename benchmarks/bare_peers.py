@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def trainer_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "trainer", "run", *args]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (e.g. a DDP rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def start(command: list[str], log_path: Path, cores: list[int] | None = None) -> subprocess.Popen:

@@ -13,23 +13,16 @@ are ordinary experiment results (`trainer report OUT` puts them side by side).
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all  # noqa: E402
+from benchmarks.bare_peers import free_port, start, stop_all, trainer_command, wait_all  # noqa: E402
 from trainer.results import read_summary  # noqa: E402
 
 STRATEGIES = ("ddp", "zero")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run_ranks(args: argparse.Namespace, strategy: str, world: int) -> list[dict[str, Any]] | None:
