@@ -58,10 +58,13 @@ def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_pat
 
 def test_every_problem_is_reported_at_once(tmp_path):
     run = run_playbook(
-        "experiment.yml", *extra_vars(results_root=str(tmp_path), peers=0, strategy="ring"), timeout=120
+        "experiment.yml",
+        *extra_vars(results_root=str(tmp_path), peers=0, strategy="ring", average_state_every=0),
+        timeout=120,
     )
     assert run.returncode != 0
     assert "peers must be >= 1" in run.output and "strategy must be one of" in run.output
+    assert "average_state_every must be >= 1 (got 0)" in run.output
 
 
 def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_machine():
@@ -69,8 +72,9 @@ def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_mac
     hosts = [f"peer-{i:02d}" for i in range(1, 17)]
     size = {"cluster_address": "10.89.64.101", "vcpus": 2, "memory_mb": 2048}
     inventory = {"peers": hosts, "local": True, "host_cores": 2, "hostvars": dict.fromkeys(hosts, size)}
-    result = validation.testbed_experiment({"peers": "8"}, inventory)
+    result = validation.testbed_experiment({"peers": "8", "average_state_every": "4"}, inventory)
     assert result["errors"] == []
+    assert result["trainer_settings"]["average_state_every"] == 4  # a Hivemind setting reaches the trainer
     assert result["settings"]["vcpus"] == 2
     assert result["hosts"] == hosts[:8]
     plan = result["plan"]
