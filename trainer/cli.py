@@ -1,5 +1,6 @@
 """The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
-plots), ``netprobe`` (link bandwidth between two hosts), ``imagefolder`` (a JPEG dataset to load)."""
+plots), ``netprobe`` (link bandwidth between two hosts), ``cpuprobe`` (a host's CPU under full load),
+``imagefolder`` (a JPEG dataset to load)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ SUBCOMMAND_MODULES = {
     "grid": ("trainer.grid.command", "run an experiment grid (resumable)"),
     "report": ("trainer.report.command", "tables and plots from a results directory"),
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
+    "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
 }
 
@@ -34,7 +36,7 @@ def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="trainer",
         description="run: train one peer or a baseline; grid: many experiments; report: tables, plots; "
-        "netprobe: link bandwidth",
+        "netprobe: link bandwidth; cpuprobe: CPU under load",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

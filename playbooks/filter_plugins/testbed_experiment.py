@@ -26,6 +26,8 @@ LOCAL_VCPU_BUDGET = 16
 # Cores of this machine left to the local cluster's infrastructure (Ceph, Prometheus, the controller) when the
 # peers' containers are scaled down to fit: measured in docs/fair-cpu.md.
 LOCAL_INFRA_RESERVE_CORES = 0.25
+# The CPU probe before a run (playbooks/cpu.yml) is a check, not an experiment of its own.
+MAX_CPU_PROBE_SECONDS = 120
 # Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
 LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
 
@@ -64,6 +66,8 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     "progress_interval": ("int", 30),
     "monitoring": ("bool", True),
     "measure_bandwidth": ("bool", True),
+    # seconds every peer spins under full load, all at once, before the run (playbooks/cpu.yml; 0: no probe)
+    "cpu_probe_seconds": ("float0", 5.0),
     "results_root": ("str", None),
     "bandwidth_mbit": ("float", None),
     "latency_ms": ("float0", None),
@@ -221,6 +225,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         errors.append("min_peers needs strategy hivemind (a DDP/ZeRO world has a fixed size)")
     elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
         errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
+    if settings["cpu_probe_seconds"] > MAX_CPU_PROBE_SECONDS:
+        too_long = settings["cpu_probe_seconds"]
+        errors.append(f"cpu_probe_seconds must be at most {MAX_CPU_PROBE_SECONDS} (got {too_long})")
     if settings["strategy"] == "hivemind" and settings["peers"] < 2:
         warnings.append("a Hivemind run with one peer has nobody to average with")
     if settings["dataset"] in ("cifar10", "imagefolder") and not settings["data_root"]:

@@ -9,6 +9,8 @@ from typing import Any
 COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "averaging_seconds")
 # Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
 FAIR_CPU_SPREAD = 0.10
+# A CPU probe that started later than this share of its window after the common start is named in a warning.
+LATE_PROBE_FRACTION = 0.1
 
 
 def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[str, Any]]:
@@ -41,7 +43,8 @@ def testbed_host_records(
     plan: dict[str, dict[str, Any]], hostvars: Any, entries: list[dict[str, Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
     """experiment.json's ``hosts``: the plan per host, the kernel the run play saw, the link shaping applied
-    and removed, and the CPU the host's trainer received (its summary's ``cpu_received``)."""
+    and removed, the CPU the host's trainer received (its summary's ``cpu_received``) and the CPU it received
+    under full load before the run (``cpu_probe``, playbooks/cpu.yml; None where none ran)."""
     received = {e["peer"]: (e.get("summary") or {}).get("cpu_received") for e in entries or []}
     records = {}
     for host, entry in plan.items():
@@ -52,13 +55,20 @@ def testbed_host_records(
         if facts.get("link_shaping_applied"):
             record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
         record["cpu_received"] = received.get(host) or received.get("baseline")  # a baseline: "baseline"
+        record["cpu_probe"] = facts.get("testbed_cpu_probe")
         records[host] = record
     return records
 
 
-def testbed_cpu_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Whether peers declared equal were served equally: per group of equal vCPUs, the spread of the cores
-    they used over the run ((max - min) / max of CPU seconds per wall second); a warning above 10 %.
+def testbed_cpu_fairness(
+    entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]], probes: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Whether peers declared equal were served equally, per group of equal vCPUs (docs/fair-cpu.md).
+
+    ``probe_cores``: each peer's cores under full load, every peer at once (playbooks/cpu.yml), and their
+    ``probe_spread`` ((max - min) / max): the fairness measure, a warning above 10 %. ``cores_used``: the CPU
+    seconds per wall second over the run, and their ``spread``, recorded beside it; they also fall when a peer
+    waits, so they decide the warning only where no probe ran. A probe that started late is named too.
 
     >>> def entry(peer, cores):
     ...     return {"peer": peer, "summary": {"cpu_received": {"cores_used": cores}}}
@@ -67,28 +77,53 @@ def testbed_cpu_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[str
     >>> fair = testbed_cpu_fairness(entries, plan)
     >>> fair["groups"]["4"]["spread"], fair["warnings"][0][:45]
     (0.4, 'peers declared with 4 vCPUs were served unequ')
+    >>> loads = zip(plan, (0.44, 0.43, 0.44))
+    >>> probes = {p: {"cores_used": c, "seconds": 5, "late_seconds": 0} for p, c in loads}
+    >>> fair = testbed_cpu_fairness(entries, plan, probes)
+    >>> fair["groups"]["4"]["probe_spread"], fair["groups"]["4"]["spread"], fair["warnings"]
+    (0.0227, 0.4, [])
     """
-    groups: dict[str, dict[str, float]] = {}
+    run_cores: dict[str, dict[str, float]] = {}
     for entry in entries:
         cpu = (entry.get("summary") or {}).get("cpu_received") or {}
         host = entry["peer"] if entry["peer"] in plan else next(iter(plan), entry["peer"])
         if cpu.get("cores_used") is None or host not in plan:
             continue
-        groups.setdefault(str(plan[host]["vcpus"]), {})[entry["peer"]] = float(cpu["cores_used"])
+        run_cores.setdefault(str(plan[host]["vcpus"]), {})[entry["peer"]] = float(cpu["cores_used"])
+    probe_cores: dict[str, dict[str, float]] = {}
     document: dict[str, Any] = {"limit": FAIR_CPU_SPREAD, "groups": {}, "warnings": []}
-    for vcpus, used in groups.items():
-        top, bottom = max(used.values()), min(used.values())
-        spread = round((top - bottom) / top, 4) if top > 0 else 0.0
-        document["groups"][vcpus] = {"cores_used": used, "spread": spread}
-        if len(used) > 1 and spread > FAIR_CPU_SPREAD:
-            low = min(used, key=used.__getitem__)
-            high = max(used, key=used.__getitem__)
+    for host, probe in (probes or {}).items():
+        if not probe or host not in plan:
+            continue
+        probe_cores.setdefault(str(plan[host]["vcpus"]), {})[host] = float(probe["cores_used"])
+        late = float(probe.get("late_seconds") or 0.0)
+        if late > LATE_PROBE_FRACTION * float(probe["seconds"]):
             document["warnings"].append(
-                f"peers declared with {vcpus} vCPUs were served unequally: {low} used {bottom:.3f} cores, "
-                f"{high} {top:.3f} ({spread:.0%} apart, limit {FAIR_CPU_SPREAD:.0%}); compare their timings "
-                "with care"
+                f"the CPU probe on {host} started {late:.1f} s late: its window overlapped the others' less"
+            )
+    for vcpus in sorted({*run_cores, *probe_cores}, key=float):
+        group: dict[str, Any] = {}
+        if vcpus in probe_cores:
+            group.update(probe_cores=probe_cores[vcpus], probe_spread=_spread(probe_cores[vcpus]))
+        if vcpus in run_cores:
+            group.update(cores_used=run_cores[vcpus], spread=_spread(run_cores[vcpus]))
+        document["groups"][vcpus] = group
+        judged = probe_cores.get(vcpus) or run_cores.get(vcpus) or {}
+        spread = _spread(judged)
+        if len(judged) > 1 and spread > FAIR_CPU_SPREAD:
+            low, high = min(judged, key=judged.__getitem__), max(judged, key=judged.__getitem__)
+            how = "under equal full load (CPU probe)" if vcpus in probe_cores else "over the run"
+            document["warnings"].append(
+                f"peers declared with {vcpus} vCPUs were served unequally {how}: {low} received "
+                f"{judged[low]:.3f} cores, {high} {judged[high]:.3f} ({spread:.0%} apart, limit "
+                f"{FAIR_CPU_SPREAD:.0%}); compare their timings with care"
             )
     return document
+
+
+def _spread(cores: dict[str, float]) -> float:
+    top, bottom = max(cores.values()), min(cores.values())
+    return round((top - bottom) / top, 4) if top > 0 else 0.0
 
 
 def _number(value: Any, digits: int) -> str:
@@ -100,18 +135,23 @@ def _number(value: Any, digits: int) -> str:
         return str(value)
 
 
-def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, results_dir: str) -> list[str]:
-    """Lines of the per-peer summary table (a list, so that Ansible prints one line each).
+def testbed_summary_table(
+    entries: list[dict[str, Any]], experiment_id: str, results_dir: str, probes: dict[str, Any] | None = None
+) -> list[str]:
+    """Lines of the per-peer summary table (a list, so that Ansible prints one line each): ``cores`` used
+    over the run, ``thr %`` of its CFS periods throttled, ``load``: the cores it received under full load
+    before the run (the CPU probe; ``-`` where none ran).
 
     >>> s = {"steps": 10, "samples_per_second": 12.5, "final_loss": 0.5, "exit_reason": "max_steps",
     ...      "rounds_ok": 3, "rounds_failed": 0, "components": {"step_seconds": {"mean": 0.25}}}
-    >>> lines = testbed_summary_table([{"peer": "peer-01", "summary": s}], "x", "/r")
-    >>> lines[2].split()[:4]
-    ['peer-01', '10', '12.50', '0.250']
+    >>> lines = testbed_summary_table([{"peer": "peer-01", "summary": s}], "x", "/r", {"peer-01": None})
+    >>> lines[2].split()[:4], lines[2].split()[-2:]
+    (['peer-01', '10', '12.50', '0.250'], ['-', 'max_steps'])
     """
     header = (
         f"{'peer':<10} {'steps':>6} {'samples/s':>10} {'step s':>8} {'data s':>8} {'compute s':>9} "
-        f"{'averag. s':>9} {'rounds ok/failed':>16} {'final loss':>10} {'cores':>6} {'thr %':>5}  exit reason"
+        f"{'averag. s':>9} {'rounds ok/failed':>16} {'final loss':>10} {'cores':>6} {'thr %':>5} {'load':>6}"
+        "  exit reason"
     )
     lines = [f"Experiment {experiment_id} (results in {results_dir})", header]
     for entry in entries:
@@ -125,12 +165,13 @@ def testbed_summary_table(entries: list[dict[str, Any]], experiment_id: str, res
         rate = _number(summary.get("samples_per_second"), 2)
         cpu = summary.get("cpu_received") or {}
         throttled = cpu.get("throttled_fraction")
+        probe = (probes or {}).get(entry["peer"]) or {}
         lines.append(
             f"{entry['peer']:<10} {summary.get('steps', '-'):>6} {rate:>10} "
             f"{means[0]:>8} {means[1]:>8} {means[2]:>9} {means[3]:>9} {rounds:>16} "
             f"{_number(summary.get('final_loss'), 4):>10} {_number(cpu.get('cores_used'), 3):>6} "
-            f"{_number(None if throttled is None else 100 * throttled, 0):>5}  "
-            f"{summary.get('exit_reason', '-')}"
+            f"{_number(None if throttled is None else 100 * throttled, 0):>5} "
+            f"{_number(probe.get('cores_used'), 3):>6}  {summary.get('exit_reason', '-')}"
         )
     causes = {
         entry["peer"]: ", ".join(f"{cause} {count}" for cause, count in sorted(by_cause.items()))

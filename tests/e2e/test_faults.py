@@ -30,6 +30,7 @@ SETTINGS = {
     "run_timeout": 900,
     "monitoring": False,
     "measure_bandwidth": False,
+    "cpu_probe_seconds": 0,
     "experiment_id": "e2e-faults",
     "faults": "kill:peer-04@6s,partition:peer-03@10s+8s",
 }
@@ -52,6 +53,7 @@ def test_kill_one_of_four_then_partition_one_of_three(tmp_path):
 
     # a peer killed on purpose does not make the experiment incomplete; the others completed
     assert experiment["complete"] is True, experiment["incomplete_reason"]
+    assert {host["cpu_probe"] for host in experiment["hosts"].values()} == {None}  # cpu_probe_seconds=0
     assert experiment["expected_incomplete"] and all(
         p.startswith("peer-04: ") for p in experiment["expected_incomplete"]
     ), experiment["expected_incomplete"]

@@ -143,6 +143,9 @@ def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
     fast, slow = experiment["hosts"]["peer-01"], experiment["hosts"]["peer-02"]
     assert (fast["vcpus"], slow["vcpus"]) == (2, 1)
     assert fast["cpus_limit"] == pytest.approx(2 * slow["cpus_limit"], rel=0.01)
+    # under equal full load (the CPU probe) the 2-vCPU peer received twice the 1-vCPU peer's CPU
+    assert (fast["cpu_probe"]["workers"], slow["cpu_probe"]["workers"]) == (2, 1)
+    assert fast["cpu_probe"]["cores_used"] == pytest.approx(2 * slow["cpu_probe"]["cores_used"], rel=0.1)
     assert fast["bandwidth_mbit"] is None and "link" not in fast
     assert slow["bandwidth_mbit"] == 50
     assert "tbf" in slow["link"]["qdisc"] and "50Mbit" in slow["link"]["qdisc"], slow["link"]
@@ -226,18 +229,22 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
     # Issue 7: no peer ends in a round the others left (a timed-out or failed last round).
     assert _check_averaging(results, peers) == []
 
-    # Issue 12, fair CPU: four equal peers, with Ceph, Prometheus and the controller running beside them,
-    # received about equal CPU (their containers' cgroups, over each training loop). This 10 s run is too
-    # short for the 10 % the playbook warns at (docs/fair-cpu.md: 21 % in such a run, 13 % in the demo);
-    # 25 % still fails the pinning this replaced, which gave some equal peers a third of the others' CPU.
+    # Issue 12, fair CPU: four equal peers, with Ceph, Prometheus and the controller running beside them, get
+    # equal CPU under equal full load (the CPU probe, all four at once before the run: within the 10 % the
+    # playbook warns at, and each close to its quota). What they used over the run is recorded beside it; it
+    # also reflects unequal averaging waits (21-26 % apart in this 10 s run), so it is not the measure.
     fairness = experiment["cpu_fairness"]
     group = fairness["groups"][str(experiment["hosts"]["peer-01"]["vcpus"])]
-    assert set(group["cores_used"]) == set(peers) and group["spread"] <= 0.25, group
-    assert ("served unequally" in run.output) == bool(fairness["warnings"])
+    assert set(group["probe_cores"]) == set(group["cores_used"]) == set(peers), group
+    assert group["probe_spread"] <= 0.10 and fairness["warnings"] == [], fairness
+    assert "served unequally" not in run.output
     for peer in peers:
-        cpu = experiment["hosts"][peer]["cpu_received"]
+        host = experiment["hosts"][peer]
+        probe, cpu, limit = host["cpu_probe"], host["cpu_received"], host["cpus_limit"]
+        assert probe["workers"] == host["threads"] and probe["late_seconds"] < 1, probe
+        assert 0.85 * limit <= probe["cores_used"] <= 1.05 * limit, (peer, probe, limit)
         assert cpu["source"] == "cgroup" and cpu["periods"] > 0 and cpu["throttled_periods"] >= 0, cpu
-        assert cpu["cores_used"] <= experiment["hosts"][peer]["cpus_limit"] * 1.05, (peer, cpu)
+        assert cpu["cores_used"] <= limit * 1.05, (peer, cpu)
     # Issue 12, shaping: every peer's uplink was 100 Mbit/s during the run (measured within 15 %), and the
     # shaping is gone afterwards (the same probe runs far faster)
     shaped = float(experiment["network"]["bandwidth_bytes_per_second"])

@@ -59,12 +59,15 @@ def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_pat
 def test_every_problem_is_reported_at_once(tmp_path):
     run = run_playbook(
         "experiment.yml",
-        *extra_vars(results_root=str(tmp_path), peers=0, strategy="ring", average_state_every=0),
+        *extra_vars(
+            results_root=str(tmp_path), peers=0, strategy="ring", average_state_every=0, cpu_probe_seconds=600
+        ),
         timeout=120,
     )
     assert run.returncode != 0
     assert "peers must be >= 1" in run.output and "strategy must be one of" in run.output
     assert "average_state_every must be >= 1 (got 0)" in run.output
+    assert "cpu_probe_seconds must be at most 120 (got 600.0)" in run.output
 
 
 def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_machine():

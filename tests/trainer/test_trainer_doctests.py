@@ -20,6 +20,7 @@ MODULES = [
     "trainer.report.analysis",
     "trainer.report.diagnosis",
     "trainer.imagefolder",
+    "trainer.cpuprobe",
 ]
 
 

@@ -51,6 +51,7 @@ VAR_KINDS: dict[str, Any] = {
     "progress_interval": "int",
     "monitoring": "bool",
     "measure_bandwidth": "bool",
+    "cpu_probe_seconds": "float0",
     "bandwidth_mbit": "float",
     "latency_ms": "float0",
     "faults": "str",
