@@ -60,6 +60,13 @@ def _peer(name: str, data: float, compute: float, averaging: float, allreduce: f
     return PeerRun(name, _steps(data, compute, averaging), _rounds(allreduce, averaging * 4), True)
 
 
+def _probed(used: float, loaded: float) -> dict:
+    """Two 1-core hosts: peer-01 served in full, peer-02 used `used` cores over the run, `loaded` probed."""
+    full = {"cpus_limit": 1.0, "cpu_received": {"cores_used": 0.95}, "cpu_probe": {"cores_used": 0.98}}
+    second = {"cpus_limit": 1.0, "cpu_received": {"cores_used": used}, "cpu_probe": {"cores_used": loaded}}
+    return {"peer-01": full, "peer-02": second}
+
+
 @pytest.fixture
 def diagnosis():
     experiments = [
@@ -77,6 +84,10 @@ def diagnosis():
                 "peer-02": {"cpus_limit": 1.0, "cpu_received": {"cores_used": 0.5}},
             },  # fmt: skip
         ),
+        # the CPU probe decides where it ran: peer-02 used little over the run but got its core under load ...
+        _run("probed", [_peer(f"peer-0{i}", 0.01, 0.5, 0.02, 0.08) for i in (1, 2)], _probed(0.5, 0.97)),
+        # ... and peer-02 here did not
+        _run("starved", [_peer(f"peer-0{i}", 0.01, 0.5, 0.02, 0.08) for i in (1, 2)], _probed(0.9, 0.33)),
     ]
     # a straggler: peer-02 computes 4x slower; peer-01 waits for it at every epoch end
     slow = PeerRun("peer-02", _steps(0.01, 0.4, 0.01), _rounds(0.02, 0.04), True)
@@ -91,6 +102,13 @@ def test_each_bound_is_named(diagnosis, name):
     row = diagnosis[name]
     assert row["bound"] == name, row
     assert row["knob"] and row["evidence"]
+
+
+def test_the_cpu_probe_decides_whether_a_host_was_starved(diagnosis):
+    assert diagnosis["probed"]["bound"] == "compute", diagnosis["probed"]
+    starved = diagnosis["starved"]
+    assert starved["bound"] == "host", starved
+    assert "peer-02 received 0.33 of 1.00 cores under full load" in starved["evidence"], starved
 
 
 def test_the_compute_knob_names_parameter_rounds_only_for_hivemind_averaging_gradients(diagnosis):

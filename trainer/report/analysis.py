@@ -405,6 +405,7 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
                 "vcpus": host.get("vcpus"),
                 "bandwidth_mbit": host.get("bandwidth_mbit"),
                 "cores_used": (host.get("cpu_received") or {}).get("cores_used"),
+                "cores_under_load": (host.get("cpu_probe") or {}).get("cores_used"),
                 "steps": len(steps),
                 "samples": int(samples),
                 "contribution": samples / total_samples if total_samples else None,
@@ -421,7 +422,8 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
 
 def _peers(experiments: list[Experiment]) -> Table:
     columns = (
-        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "steps", "samples"),
+        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "cores_under_load", "steps"),
+        "samples",
         *("contribution", "samples_per_second", "compute_ms", "averaging_ms", "epochs_ended"),
         *("last_arrivals", "mean_wait_for_others_s"),
     )

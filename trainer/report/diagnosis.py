@@ -132,13 +132,19 @@ def _straggler(peers: list[dict[str, Any]]) -> str | None:
 
 
 def _host_problem(e: Experiment) -> str | None:
-    """Peers that used less CPU than their limit allows while they were not waiting for averaging (a peer that
-    waits uses less CPU without being starved: the limit is scaled by its share of time not waiting)."""
+    """Peers that received less CPU than their limit: under full load before the run (the CPU probe), or,
+    where no probe ran, while they were not waiting for averaging over the run (a peer that waits uses less
+    CPU without being starved: the limit is scaled by its share of time not waiting)."""
     steps = {peer.name: peer.steps for peer in e.peers}
     starved = []
     for name, host in e.hosts.items():
         used = (host.get("cpu_received") or {}).get("cores_used")
         limit = host.get("cpus_limit")
+        loaded = (host.get("cpu_probe") or {}).get("cores_used")
+        if loaded is not None and limit:
+            if loaded < CPU_RECEIVED_RATIO * float(limit):
+                starved.append(f"{name} received {loaded:.2f} of {float(limit):.2f} cores under full load")
+            continue
         rows = steps.get(name, [])
         step_total = total(rows, "step_seconds")
         busy = 1.0 - total(rows, "averaging_seconds") / step_total if step_total else 1.0
