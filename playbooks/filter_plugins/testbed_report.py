@@ -55,7 +55,7 @@ def testbed_host_records(
         if facts.get("link_shaping_applied"):
             record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
         record["cpu_received"] = received.get(host) or received.get("baseline")  # a baseline: "baseline"
-        record["cpu_probe"] = facts.get("testbed_cpu_probe")
+        record["cpu_probe"] = facts.get("testbed_cpu_probe") or None
         records[host] = record
     return records
 
