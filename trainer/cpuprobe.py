@@ -49,9 +49,9 @@ def probe(workers: int, seconds: float, start_at: float | None = None) -> dict[s
     now = time.time()
     if start_at is not None and start_at > now:
         time.sleep(start_at - now)
-    begin = time.time()
+    begin = time.time()  # at or after start_at
     late = 0.0 if start_at is None else max(0.0, begin - start_at)
-    until = (begin if start_at is None else max(begin, start_at)) + seconds
+    until = begin + seconds
     context = multiprocessing.get_context("fork")
     before = _children_cpu_seconds()
     processes = [context.Process(target=_spin, args=(until,), daemon=True) for _ in range(workers)]
@@ -78,8 +78,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.workers < 1 or args.seconds <= 0:
-        print("trainer: error: cpuprobe needs --workers >= 1 and --seconds > 0", file=sys.stderr)
+    try:
+        result = probe(args.workers, args.seconds, args.start_at)
+    except ValueError as exc:
+        print(f"trainer: error: cpuprobe: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(probe(args.workers, args.seconds, args.start_at)))
+    print(json.dumps(result))
     return 0
