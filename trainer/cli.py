@@ -1,6 +1,6 @@
 """The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
 plots), ``netprobe`` (link bandwidth between two hosts), ``cpuprobe`` (a host's CPU under full load),
-``imagefolder`` (a JPEG dataset to load)."""
+``dht`` (a DHT-only bootstrap node), ``imagefolder`` (a JPEG dataset to load)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = {
     "report": ("trainer.report.command", "tables and plots from a results directory"),
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
     "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
+    "dht": ("trainer.dht_node", "serve a DHT-only Hivemind node (a run's bootstrap that does not train)"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
 }
 
@@ -36,7 +37,7 @@ def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="trainer",
         description="run: train one peer or a baseline; grid: many experiments; report: tables, plots; "
-        "netprobe: link bandwidth; cpuprobe: CPU under load",
+        "netprobe: link bandwidth; cpuprobe: CPU under load; dht: a bootstrap node",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

@@ -18,6 +18,7 @@ DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
 PREPROCESSING = ("decode", "cached")
+DHT_BOOTSTRAPS = ("peer", "monitor")
 # No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
@@ -51,6 +52,9 @@ VARIABLES: dict[str, tuple[Any, Any]] = {
     # Hivemind: parameters (and optimizer state) averaged every N epochs (docs/study-scale.md)
     "average_state_every": ("int", 1),
     "averaging_timeout": ("float", 60.0),
+    # Hivemind: who starts the DHT the peers join: the first peer (which also trains) or a DHT-only node on
+    # the monitor host (hivemind's own examples' layout; docs/fair-cpu.md)
+    "dht_bootstrap": (DHT_BOOTSTRAPS, "peer"),
     "vcpus": ("int", None),
     "data_workers": ("int0", 0),
     "preprocessing": (PREPROCESSING, "decode"),
@@ -183,12 +187,13 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     ``raw``: the playbook variables as given (missing ones as UNSET or absent).
     ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
     bandwidth_mbit, latency_ms), ``can_delay`` (the local kernel has netem), ``shaped_non_peers`` (hosts
-    outside group peers that carry link settings),
+    outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
     ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``timestamp``
     (UTC, ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
 
     Returns ``errors`` (empty when everything is valid), ``settings`` (every variable, typed, with defaults),
-    ``experiment_id``, ``hosts`` (the peers used, in order), ``plan`` (per host: address, vcpus, cpus_limit,
+    ``experiment_id``, ``hosts`` (the peers used, in order), ``dht_host`` (the host of the DHT-only bootstrap
+    node, None when the first peer bootstraps), ``plan`` (per host: address, vcpus, cpus_limit,
     threads, memory_mb, cpuset (always None: no pinning), bandwidth_mbit, latency_ms), ``trainer_settings``,
     ``warnings``.
 
@@ -230,6 +235,15 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         errors.append(f"cpu_probe_seconds must be at most {MAX_CPU_PROBE_SECONDS} (got {too_long})")
     if settings["strategy"] == "hivemind" and settings["peers"] < 2:
         warnings.append("a Hivemind run with one peer has nobody to average with")
+    dht_host = None
+    if settings["dht_bootstrap"] == "monitor":
+        monitors = list(inventory.get("monitors") or [])
+        if settings["strategy"] != "hivemind":
+            errors.append("dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)")
+        elif not monitors:
+            errors.append("dht_bootstrap=monitor but the inventory has no host in group monitor")
+        else:
+            dht_host = monitors[0]
     if settings["dataset"] in ("cifar10", "imagefolder") and not settings["data_root"]:
         errors.append(f"dataset={settings['dataset']} needs data_root (a directory under {DATASET_MOUNT})")
 
@@ -345,6 +359,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "settings": settings,
         "experiment_id": experiment_id,
         "hosts": hosts,
+        "dht_host": dht_host if not errors else None,
         "plan": plan,
         "trainer_settings": trainer_settings,
     }

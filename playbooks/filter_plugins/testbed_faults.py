@@ -35,7 +35,9 @@ def _number(text: str, units: dict[str, float]) -> float | None:
     return float(match[1]) * units[match[2]]
 
 
-def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any] | None:
+def _parse_one(
+    spec: str, hosts: list[str], errors: list[str], bootstrap: str | None
+) -> dict[str, Any] | None:
     match = _FAULT.match(spec)
     if not match:
         errors.append(f"faults: {spec!r} is not {SYNTAX}")
@@ -50,7 +52,7 @@ def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any]
     at = 0.0 if before_start else _number(match["at"], _SECONDS)
     if before_start and kind != "kill":
         problems.append("only a kill can happen @start (before the start barrier)")
-    if before_start and hosts and host == hosts[0]:
+    if before_start and host == bootstrap:
         problems.append(f"{host} is the bootstrap peer (the others join through it): no kill @start")
     duration = _number(match["duration"], _SECONDS) if match["duration"] else None
     rate = _number(match["rate"], _MBIT) if match["rate"] else None
@@ -82,8 +84,13 @@ def _parse_one(spec: str, hosts: list[str], errors: list[str]) -> dict[str, Any]
     }
 
 
-def testbed_faults(text: Any, hosts: list[str], strategy: str, run_timeout: float) -> dict[str, Any]:
+def testbed_faults(
+    text: Any, hosts: list[str], strategy: str, run_timeout: float, dht_host: str | None = None
+) -> dict[str, Any]:
     """``{"faults": [...], "errors": [...]}`` for the ``faults`` variable (None or '' for none).
+
+    ``dht_host``: the host of a DHT-only bootstrap node; None when the first peer bootstraps (and so must not
+    be killed before the others joined it).
 
     Each fault: spec, kind, host, at_seconds, duration_seconds (None: to the end), rate_mbit (slow only).
 
@@ -101,6 +108,8 @@ def testbed_faults(text: Any, hosts: list[str], strategy: str, run_timeout: floa
     ...     print(error)
     faults: kill:peer-01@start: peer-01 is the bootstrap peer (the others join through it): no kill @start
     faults: pause:peer-02@start+5s: only a kill can happen @start (before the start barrier)
+    >>> testbed_faults("kill:peer-01@start", hosts, "hivemind", 3600, dht_host="monitor")["errors"]
+    []
     >>> testbed_faults("crash:peer-09@10s", hosts, "hivemind", 3600)["errors"]
     ["faults: crash:peer-09@10s: unknown kind 'crash' (kinds: kill, pause, partition, slow); peer-09 is not \
 in this run (hosts: peer-01, peer-02, peer-03)"]
@@ -114,7 +123,8 @@ host)']
     if isinstance(text, (list, tuple)):  # -e '{"faults": [...]}'
         text = ",".join(str(item) for item in text)
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
-    faults = [f for f in (_parse_one(spec, hosts, errors) for spec in specs) if f is not None]
+    bootstrap = hosts[0] if hosts and dht_host is None else None
+    faults = [f for f in (_parse_one(spec, hosts, errors, bootstrap) for spec in specs) if f is not None]
     if specs and strategy == "baseline":
         errors.append("faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero)")
     for fault in faults:

@@ -151,6 +151,9 @@ def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
     assert "tbf" in slow["link"]["qdisc"] and "50Mbit" in slow["link"]["qdisc"], slow["link"]
     assert "tbf" not in slow["link"]["after_run"], slow["link"]
     assert read_json(results / "peer-02" / "config.json")["vcpus"] == 1
+    # by default the first peer starts the DHT (and trains); the other joins it
+    assert experiment["bootstrap"] == {"by": "peer", "host": "peer-01", "dht_node": None}
+    assert (results / "peer-01" / "multiaddrs.txt").exists()
     # the measured link is the slow peer's uplink (peer-02 -> peer-01), within 15 % of the set rate
     measured = float(experiment["network"]["bandwidth_bytes_per_second"])
     assert measured == pytest.approx(50e6 / 8, rel=0.15), measured
@@ -189,6 +192,7 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
         "experiment_id": "e2e-four",
         "testbed_monitor_publish": [f"127.0.0.1:{prometheus_port}:9090", f"127.0.0.1:{free_port()}:3000"],
         "bandwidth_mbit": 100,
+        "dht_bootstrap": "monitor",
     }
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     assert run.returncode == 0, run.output[-8000:]
@@ -254,6 +258,19 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
         assert "tbf" in link["qdisc"] and "100Mbit" in link["qdisc"] and "tbf" not in link["after_run"], link
     unshaped = _netprobe("peer-04", "peer-01", "10.89.66.101")
     assert unshaped > 3 * shaped, (unshaped, shaped)
+    # Issue 12, the bootstrap: a DHT-only node on the monitor host started the DHT (dht_bootstrap=monitor), so
+    # no peer bootstrapped (none published multiaddrs), every peer joined the node, and the node's record says
+    # what it served and the CPU it used
+    bootstrap = experiment["bootstrap"]
+    assert (bootstrap["by"], bootstrap["host"]) == ("monitor", "monitor"), bootstrap
+    node = bootstrap["dht_node"]
+    assert node["served_seconds"] > 0 and node["cpu_seconds"] > 0, node
+    assert read_json(results / "dht-monitor" / "dht.json") == node
+    node_id = node["multiaddrs"][0].rsplit("/p2p/", 1)[1]
+    for peer in peers:
+        assert not (results / peer / "multiaddrs.txt").exists(), peer
+        joined = read_json(results / peer / "config.json")["initial_peers"]
+        assert joined == [f"/ip4/10.89.66.10/tcp/31337/p2p/{node_id}"], (peer, joined)
 
 
 def test_baseline_from_cephfs_and_from_a_local_copy(tmp_path):

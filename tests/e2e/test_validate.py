@@ -29,6 +29,11 @@ def _load_validation():
         ({"dataset": "imagenet"}, "dataset must be one of"),
         ({"bandwidth_mbit": -5}, "bandwidth_mbit must be a positive number (got '-5')"),
         ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
+        ({"dht_bootstrap": "laptop"}, "dht_bootstrap must be one of peer|monitor (got 'laptop')"),
+        (
+            {"strategy": "ddp", "peers": 2, "dht_bootstrap": "monitor"},
+            "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
+        ),
         (
             # every bad fault in one message: unknown kind, host not in the run, no duration, past the run's
             # end, two faults on one host at once
@@ -146,6 +151,21 @@ def test_bad_link_settings_are_refused(raw, per_host, extra, message):
                 hostvars[host][name] = raw[name]
     errors = validation.testbed_experiment({"peers": "2", **raw}, inventory)["errors"]
     assert any(message in error for error in errors), errors
+
+
+def test_a_dht_node_on_the_monitor_host_needs_one():
+    """dht_bootstrap=monitor puts the DHT-only bootstrap node on the inventory's first monitor host; without
+    one it is refused, and a peer bootstraps by default."""
+    validation = _load_validation()
+    inventory = _local_inventory(2)
+    assert validation.testbed_experiment({"peers": "2"}, inventory)["dht_host"] is None
+    refused = validation.testbed_experiment({"peers": "2", "dht_bootstrap": "monitor"}, inventory)
+    assert refused["errors"] == ["dht_bootstrap=monitor but the inventory has no host in group monitor"]
+    placed = validation.testbed_experiment(
+        {"peers": "2", "dht_bootstrap": "monitor"}, {**inventory, "monitors": ["monitor"]}
+    )
+    assert placed["errors"] == [] and placed["dht_host"] == "monitor"
+    assert "dht_bootstrap" not in placed["trainer_settings"]  # the playbook's business, not the trainer's
 
 
 def test_latency_is_accepted_where_the_kernel_can_delay():

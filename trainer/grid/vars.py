@@ -39,6 +39,7 @@ VAR_KINDS: dict[str, Any] = {
     "matchmaking_time": "float",
     "average_state_every": "int",
     "averaging_timeout": "float",
+    "dht_bootstrap": ("peer", "monitor"),
     "data_workers": "int0",
     "preprocessing": PREPROCESSING,
     "eval_every": "int0",
