@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ def _cpu_seconds() -> float:
     return total
 
 
-def serve(listen: str, results_dir: Path, stop: threading.Event, on_start: Any = None) -> dict[str, Any]:
+def serve(
+    listen: str, results_dir: Path, stop: threading.Event, on_start: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """Run a DHT node on `listen` until `stop` is set; its multiaddrs in `results_dir`; the record.
 
     `on_start` is called once the DHT's processes exist (signal handlers go there: the processes the DHT
