@@ -34,8 +34,11 @@ def start(command: list[str], log_path: Path, cores: list[int] | None = None) ->
     """Start one process, logging to ``log_path``; pinned to ``cores`` (threads to match) when given."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    if cores:
-        env.update(OMP_NUM_THREADS=str(len(cores)), MKL_NUM_THREADS=str(len(cores)))
+    if cores:  # as the trainer unit sets them (roles/trainer_service): threads, and idle threads sleep
+        threads = str(len(cores))
+        env.update(
+            OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, GOMAXPROCS=threads, OMP_WAIT_POLICY="PASSIVE"
+        )
     with log_path.open("w") as log:
         return subprocess.Popen(
             command,

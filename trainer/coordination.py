@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 #: how long announcements live in the DHT (a run's keys never need to outlive it by much)
 ENTRY_LIFETIME_SECONDS = 24 * 3600.0
+#: seconds between the background reads of the stop key while training. Only an early notice: every epoch
+#: update reads it fresh (read_stop), and the stop is always at an epoch boundary. A DHT read costs every peer
+#: CPU (8 DHTs on 2 cores: ~9 ms of DHT and p2pd CPU per read, summed over the peers); at one read per
+#: 0.5 s step that was ~8 % of a 0.22-core peer's CPU in `make demo` (docs/fair-cpu.md).
+STOP_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -42,10 +47,18 @@ class RunCoordinator:
     :param peer_name: this peer's name (``--peer-id``), used in messages
     :param expected_peers: peers that must announce themselves before anyone starts
     :param poll_interval: seconds between DHT reads while waiting
+    :param stop_poll_interval: seconds between the background reads of the stop key while training
     """
 
     def __init__(
-        self, dht: Any, run_id: str, peer_name: str, *, expected_peers: int, poll_interval: float = 0.2
+        self,
+        dht: Any,
+        run_id: str,
+        peer_name: str,
+        *,
+        expected_peers: int,
+        poll_interval: float = 0.2,
+        stop_poll_interval: float = STOP_POLL_SECONDS,
     ):
         self.dht = dht
         self.run_id = run_id
@@ -53,6 +66,7 @@ class RunCoordinator:
         self.subkey = f"{peer_name}/{dht.peer_id.to_base58()}"
         self.expected_peers = expected_peers
         self.poll_interval = poll_interval
+        self.stop_poll_interval = stop_poll_interval
         self.barrier_key = f"{run_id}_barrier"
         self.stop_key = f"{run_id}_stop"
         self.done_key = f"{run_id}_done"
@@ -164,7 +178,7 @@ class RunCoordinator:
             except Exception as exc:  # a failed read is retried at the next poll
                 log.debug("reading the stop key failed: %r", exc)
         now = time.monotonic()
-        if self._pending_stop_read is None and now - self._last_stop_read >= self.poll_interval:
+        if self._pending_stop_read is None and now - self._last_stop_read >= self.stop_poll_interval:
             self._last_stop_read = now
             self._pending_stop_read = self.dht.get(self.stop_key, latest=True, return_future=True)
         return self._stop

@@ -7,14 +7,18 @@ Two views, both as differences between a snapshot at the start barrier's release
   the CFS quota's periods, throttled periods and throttled seconds. Absent where no cgroup file is readable.
 - ``process_tree``: user+system seconds of the trainer and every descendant alive at the snapshot (Hivemind's
   averager processes, p2pd), plus what reaped children used. Correct also where several peers share one cgroup
-  (bare processes on one machine).
+  (bare processes on one machine). ``process_tree_by_role`` splits it by the process each second was spent in
+  (``trainer``: the training loop's process; the roles a strategy names, e.g. Hivemind's ``dht``,
+  ``state_averager``, ``grad_averager``; Go's ``p2pd``), each process counting for the nearest of itself and
+  its ancestors that has a role.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_USAGE_MOUNTS = ("cpu,cpuacct", "cpuacct,cpu", "cpuacct")
 V1_STAT_MOUNTS = ("cpu,cpuacct", "cpuacct,cpu", "cpu")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: the role of the process tree's root, and of every process no named role is above
+TRAINER_ROLE = "trainer"
+#: processes counted by their command name wherever they run (libp2p's daemon, started by Hivemind's DHT)
+ROLES_BY_COMMAND = {"p2pd": "p2pd"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class CpuSnapshot:
     tree_seconds: float
     cgroup: dict[str, float] | None
     cgroup_path: str | None
+    tree_by_role: dict[str, float] = field(default_factory=dict)
 
 
 def _read_int(path: Path) -> int | None:
@@ -114,45 +123,61 @@ def read_cgroup(
     return None
 
 
-def _proc_times(pid: int) -> tuple[float, float, int] | None:
-    """(own seconds, reaped children's seconds, parent pid) of one process, from /proc/<pid>/stat."""
+def _proc_times(pid: int) -> tuple[float, float, int, str] | None:
+    """(own seconds, reaped children's seconds, parent pid, command) of one process, from /proc/<pid>/stat."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
     utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
-    return (utime + stime) / _TICKS, (cutime + cstime) / _TICKS, int(fields[1])
+    return (
+        (utime + stime) / _TICKS,
+        (cutime + cstime) / _TICKS,
+        int(fields[1]),
+        text[text.index("(") + 1 : text.rindex(")")],
+    )
 
 
-def process_tree_seconds(root_pid: int | None = None) -> float:
-    """CPU seconds of ``root_pid`` (default: this process), its live descendants and their reaped children."""
+def process_tree_by_role(
+    roles: Mapping[int, str] | None = None, root_pid: int | None = None
+) -> dict[str, float]:
+    """CPU seconds of ``root_pid`` (default: this process), its live descendants and their reaped children,
+    by role: ``roles`` names processes (pid -> role), a process named in ROLES_BY_COMMAND gets that role, and
+    any other counts for its parent's (the root's: ``trainer``).
+    """
     root_pid = os.getpid() if root_pid is None else root_pid
+    roles = roles or {}
     children: dict[int, list[int]] = {}
-    times: dict[int, tuple[float, float]] = {}
+    times: dict[int, tuple[float, float, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         found = _proc_times(int(entry.name))
         if found is not None:
-            times[int(entry.name)] = found[:2]
+            times[int(entry.name)] = (found[0], found[1], found[3])
             children.setdefault(found[2], []).append(int(entry.name))
-    total, pending = 0.0, [root_pid]
+    by_role: dict[str, float] = {}
+    pending = [(root_pid, TRAINER_ROLE)]
     while pending:
-        pid = pending.pop()
-        own, reaped = times.get(pid, (0.0, 0.0))
-        total += own + reaped
-        pending.extend(children.get(pid, []))
-    return total
+        pid, inherited = pending.pop()
+        own, reaped, command = times.get(pid, (0.0, 0.0, ""))
+        role = roles.get(pid) or ROLES_BY_COMMAND.get(command) or inherited
+        by_role[role] = by_role.get(role, 0.0) + own + reaped
+        pending.extend((child, role) for child in children.get(pid, []))
+    return by_role
 
 
-def snapshot() -> CpuSnapshot:
+def snapshot(roles: Mapping[int, str] | None = None) -> CpuSnapshot:
+    """The cgroup's and the process tree's CPU now; ``roles``: see process_tree_by_role."""
     found = read_cgroup()
+    by_role = process_tree_by_role(roles)
     return CpuSnapshot(
         taken=time.monotonic(),
-        tree_seconds=process_tree_seconds(),
+        tree_seconds=sum(by_role.values()),
         cgroup=found[0] if found else None,
         cgroup_path=found[1] if found else None,
+        tree_by_role=by_role,
     )
 
 
@@ -166,11 +191,20 @@ def received(start: CpuSnapshot, end: CpuSnapshot) -> dict[str, Any]:
     >>> r = received(a, b)
     >>> r["cpu_seconds"], r["cores_used"], r["process_tree_seconds"], r["throttled_fraction"]
     (5.0, 0.5, 4.0, 0.4)
+    >>> a = CpuSnapshot(0.0, 3.0, None, None, {"trainer": 2.0, "dht": 1.0})
+    >>> b = CpuSnapshot(2.0, 9.5, None, None, {"trainer": 6.0, "dht": 2.5, "p2pd": 1.0})
+    >>> received(a, b)["process_tree_by_role"]
+    {'dht': 1.5, 'p2pd': 1.0, 'trainer': 4.0}
     """
     wall = max(end.taken - start.taken, 1e-9)
     document: dict[str, Any] = {
         "wall_seconds": wall,
         "process_tree_seconds": end.tree_seconds - start.tree_seconds,
+        # a role's processes started after the first snapshot count from zero
+        "process_tree_by_role": {
+            role: round(seconds - start.tree_by_role.get(role, 0.0), 3)
+            for role, seconds in sorted(end.tree_by_role.items())
+        },
         "source": "process_tree",
     }
     if start.cgroup is not None and end.cgroup is not None:

@@ -18,6 +18,8 @@ import torch
 log = logging.getLogger(__name__)
 
 GIT_REVISION_ENV = "TRAINER_GIT_REVISION"
+#: environment variables recorded in config.json's ``cpu``: they decide how much of a CPU quota training gets
+RUNTIME_ENVIRONMENT = ("OMP_WAIT_POLICY", "GOMAXPROCS")
 
 
 def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
@@ -29,6 +31,8 @@ def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
     carries Ceph and Prometheus (docs/fair-cpu.md). ``None`` leaves torch's defaults.
     """
     applied: dict[str, Any] = {"threads": torch.get_num_threads(), "affinity": _affinity()}
+    # how idle OpenMP threads wait and how many processors Go's runtime (p2pd) uses: set by the trainer unit
+    applied.update({name.lower(): os.environ.get(name) for name in RUNTIME_ENVIRONMENT})
     if vcpus is None:
         return applied
     torch.set_num_threads(vcpus)

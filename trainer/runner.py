@@ -56,6 +56,7 @@ class RunSession:
         self.exit_detail: str | None = None
         self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
         self.cpu_at_loop_end: cpu_usage.CpuSnapshot | None = None
+        self.process_roles: dict[int, str] = {}  # the strategy's own processes (cpu_received's split)
         self.loop_end: float | None = None  # Unix time the training loop ended (the finish follows)
         self.memory: dict[str, Any] | None = None  # measured at the loop's end
 
@@ -127,7 +128,8 @@ class RunSession:
                 print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
                 return exit_code
             self.barrier_release = time.time()
-            self.cpu_at_release = cpu_usage.snapshot()
+            self.process_roles = strategy.process_roles()
+            self.cpu_at_release = cpu_usage.snapshot(self.process_roles)
             self.signals.interrupting = False
             if self.writer is None or self.telemetry is None:
                 raise RuntimeError("RunSession.prepare() must run before execute()")
@@ -150,7 +152,7 @@ class RunSession:
             exit_reason = loop.run(clock_origin=self.barrier_release)
             self.loop_end = time.time()
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
-            self.cpu_at_loop_end = cpu_usage.snapshot()
+            self.cpu_at_loop_end = cpu_usage.snapshot(self.process_roles)
             self.memory = self._memory_profile(strategy)
             evaluate_at_end(loop, exit_reason, config.eval_every)
             exit_code = EXIT_OK
@@ -242,7 +244,9 @@ class RunSession:
         if self.cpu_at_release is None:
             return None
         try:
-            document = cpu_usage.received(self.cpu_at_release, self.cpu_at_loop_end or cpu_usage.snapshot())
+            document = cpu_usage.received(
+                self.cpu_at_release, self.cpu_at_loop_end or cpu_usage.snapshot(self.process_roles)
+            )
         except OSError as exc:
             log.warning("could not read the CPU received: %s", exc)
             return None

@@ -9,6 +9,9 @@ from typing import Any
 COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "averaging_seconds")
 # Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
 FAIR_CPU_SPREAD = 0.10
+# Peers declared equal ran at equal speed when their samples/s over the training loop are within this fraction
+# (issue 12's "equal peers at equal speed"; docs/fair-cpu.md).
+FAIR_SPEED_SPREAD = 0.10
 # A CPU probe that started later than this share of its window after the common start is named in a warning.
 LATE_PROBE_FRACTION = 0.1
 
@@ -121,6 +124,57 @@ def testbed_cpu_fairness(
     return document
 
 
+def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether peers declared equal trained at equal speed, per group of two or more equal vCPUs: each peer's
+    ``samples_per_second`` over its training loop, their ``spread`` ((max - min) / max), whether it is within
+    the limit, and for each peer more than the limit below the group's fastest what its rounds say it lost
+    time to (``slow``: its failed rounds by cause, or ``no failed round``). Equal CPU (the probe) with unequal
+    speed is the collaboration's doing, not the testbed's.
+
+    >>> def entry(peer, rate, failed=None):
+    ...     return {"peer": peer, "summary": {"samples_per_second": rate, "rounds_failed_by_cause": failed}}
+    >>> plan = {p: {"vcpus": 2} for p in ("peer-01", "peer-02", "peer-03")}
+    >>> speed = testbed_speed_fairness([entry("peer-01", 16.0), entry("peer-02", 15.2),
+    ...                                 entry("peer-03", 8.0, {"behind": 1})], plan)
+    >>> group = speed["groups"]["2"]
+    >>> group["spread"], group["within_limit"], group["slow"]
+    (0.5, False, {'peer-03': 'behind 1'})
+    >>> speed["lines"][0]
+    'speed of equal peers (2 vCPUs): 8.00-16.00 samples/s, 50% apart (limit 10%); slower: peer-03 (behind 1)'
+    """
+    rates: dict[str, dict[str, float]] = {}
+    causes: dict[str, str] = {}
+    for entry in entries:
+        peer, summary = entry["peer"], entry.get("summary") or {}
+        if peer not in plan or summary.get("samples_per_second") is None:
+            continue
+        rates.setdefault(str(plan[peer]["vcpus"]), {})[peer] = float(summary["samples_per_second"])
+        by_cause = summary.get("rounds_failed_by_cause") or {}
+        causes[peer] = ", ".join(f"{cause} {n}" for cause, n in sorted(by_cause.items())) or "no failed round"
+    document: dict[str, Any] = {"limit": FAIR_SPEED_SPREAD, "groups": {}, "lines": []}
+    for vcpus in sorted(rates, key=float):
+        group_rates = rates[vcpus]
+        if len(group_rates) < 2:
+            continue
+        fastest, spread = max(group_rates.values()), _spread(group_rates)
+        threshold = (1 - FAIR_SPEED_SPREAD) * fastest
+        slow = {peer: causes[peer] for peer, rate in group_rates.items() if rate < threshold}
+        document["groups"][vcpus] = {
+            "samples_per_second": {peer: round(rate, 3) for peer, rate in group_rates.items()},
+            "spread": spread,
+            "within_limit": spread <= FAIR_SPEED_SPREAD,
+            "slow": slow,
+        }
+        line = (
+            f"speed of equal peers ({vcpus} vCPUs): {min(group_rates.values()):.2f}-{fastest:.2f} samples/s, "
+            f"{spread:.0%} apart (limit {FAIR_SPEED_SPREAD:.0%})"
+        )
+        if slow:
+            line += "; slower: " + ", ".join(f"{peer} ({why})" for peer, why in slow.items())
+        document["lines"].append(line)
+    return document
+
+
 def _spread(cores: dict[str, float]) -> float:
     top, bottom = max(cores.values()), min(cores.values())
     return round((top - bottom) / top, 4) if top > 0 else 0.0
@@ -181,10 +235,40 @@ def testbed_summary_table(
     if causes:
         listed = "; ".join(f"{peer}: {text}" for peer, text in causes.items())
         lines.append(f"failed rounds by cause: {listed}")
+    by_role = cpu_by_role(entries)
+    if by_role:
+        lines.append(by_role)
     bound = run_bound(entries)
     if bound:
         lines.append(f"bound: {bound} (trainer report names it with the evidence and the knob to turn)")
     return lines
+
+
+def cpu_by_role(entries: list[dict[str, Any]]) -> str:
+    """Where the peers' CPU went over the training, summed over the peers: the training loop's process
+    (``trainer``) and the strategy's own (Hivemind: its DHT, p2pd and averagers), from each summary's
+    ``cpu_received.process_tree_by_role``; "" when no summary has a process of the strategy's own.
+
+    >>> def entry(**seconds):
+    ...     return {"summary": {"cpu_received": {"process_tree_by_role": seconds}}}
+    >>> cpu_by_role([entry(trainer=9.0, dht=1.0, p2pd=2.0), entry(trainer=7.0, dht=0.5, p2pd=0.5)])
+    'CPU by process (all peers, training): trainer 16.0 s (80%), p2pd 2.5 s (12%), dht 1.5 s (8%)'
+    >>> cpu_by_role([entry(trainer=9.0)])
+    ''
+    """
+    sums: dict[str, float] = {}
+    for entry in entries:
+        split = ((entry.get("summary") or {}).get("cpu_received") or {}).get("process_tree_by_role") or {}
+        for role, seconds in split.items():
+            sums[role] = sums.get(role, 0.0) + float(seconds)
+    everything = sum(sums.values())
+    if set(sums) <= {"trainer"} or everything <= 0:
+        return ""
+    parts = [
+        f"{role} {seconds:.1f} s ({seconds / everything:.0%})"
+        for role, seconds in sorted(sums.items(), key=lambda item: -item[1])
+    ]
+    return "CPU by process (all peers, training): " + ", ".join(parts)
 
 
 def run_bound(entries: list[dict[str, Any]]) -> str:
@@ -215,5 +299,6 @@ class FilterModule:
             "testbed_read_summaries": testbed_read_summaries,
             "testbed_host_records": testbed_host_records,
             "testbed_cpu_fairness": testbed_cpu_fairness,
+            "testbed_speed_fairness": testbed_speed_fairness,
             "testbed_summary_table": testbed_summary_table,
         }

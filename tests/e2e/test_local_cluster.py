@@ -65,13 +65,24 @@ def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
 
 
 def _check_averaging(results: Path, peers: list[str]) -> list[str]:
-    """Every peer averaged successfully; returns the peers whose last round was not ok (issue 7)."""
+    """Every peer averaged successfully; returns the peers whose last round the finish left failed (issue 7).
+
+    A last round that failed because of the finish found nobody, timed out or lost a groupmate that had shut
+    down. A ``partial`` last round (Hivemind's intermittent empty reply stream, seen mid-run too:
+    docs/hivemind-behaviour.md) is one only where a peer shut down before every other peer was done, so it
+    is let through when every peer's summary shows all the others done before its shutdown.
+    """
+    everyone_waited = all(
+        details["peers_done"] >= details["peers_expected"]
+        for details in (read_json(results / peer / "summary.json")["strategy_details"] for peer in peers)
+    )
     trailing = []
     for peer in peers:
         rounds = _rows(results / peer / "rounds.csv")
         assert any(row["outcome"] == "ok" for row in rounds), (peer, rounds)
-        if rounds[-1]["outcome"] != "ok":
-            trailing.append(f"{peer} ended in a {rounds[-1]['outcome']} round: {rounds[-1]}")
+        last = rounds[-1]
+        if last["outcome"] != "ok" and not (last["cause"] == "partial" and everyone_waited):
+            trailing.append(f"{peer} ended in a {last['outcome']} round: {last}")
     return trailing
 
 
@@ -242,6 +253,13 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
     assert set(group["probe_cores"]) == set(group["cores_used"]) == set(peers), group
     assert group["probe_spread"] <= 0.10 and fairness["warnings"] == [], fairness
     assert "served unequally" not in run.output
+    # ... and whether they ran at equal speed is recorded and printed (a measurement: not asserted equal here)
+    speed = experiment["speed_fairness"]["groups"][str(experiment["hosts"]["peer-01"]["vcpus"])]
+    rates = {peer: read_json(results / peer / "summary.json")["samples_per_second"] for peer in peers}
+    assert speed["samples_per_second"] == pytest.approx(rates, abs=1e-3), (speed, rates)
+    fastest, slowest = max(rates.values()), min(rates.values())
+    assert speed["spread"] == pytest.approx((fastest - slowest) / fastest, abs=1e-3), speed
+    assert "speed of equal peers" in run.output
     for peer in peers:
         host = experiment["hosts"][peer]
         probe, cpu, limit = host["cpu_probe"], host["cpu_received"], host["cpus_limit"]
@@ -249,6 +267,12 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
         assert 0.85 * limit <= probe["cores_used"] <= 1.05 * limit, (peer, probe, limit)
         assert cpu["source"] == "cgroup" and cpu["periods"] > 0 and cpu["throttled_periods"] >= 0, cpu
         assert cpu["cores_used"] <= limit * 1.05, (peer, cpu)
+        # where the peer's CPU went: the training loop's process and Hivemind's DHT, p2pd and averagers
+        split = cpu["process_tree_by_role"]
+        assert {"trainer", "dht", "p2pd", "state_averager"} <= set(split), (peer, split)
+        # the DHT and p2pd work all the time; an averager may have had no round in a short run's window
+        assert split["dht"] > 0 and split["p2pd"] > 0 and min(split.values()) >= 0, (peer, split)
+    assert "CPU by process (all peers, training): " in run.output
     # Issue 12, shaping: every peer's uplink was 100 Mbit/s during the run (measured within 15 %), and the
     # shaping is gone afterwards (the same probe runs far faster)
     shaped = float(experiment["network"]["bandwidth_bytes_per_second"])

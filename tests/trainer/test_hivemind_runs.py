@@ -225,6 +225,12 @@ def test_two_peers_average_and_agree(peers, local_updates):
             "no step blocked on averaging"
         )
         assert_averaging_within_optimizer(steps)
+        # the CPU split by process: the loop's, Hivemind's DHT, its p2pd and the averagers each used some
+        split = summary["cpu_received"]["process_tree_by_role"]
+        roles = {"trainer", "dht", "p2pd", "state_averager"} | (set() if local_updates else {"grad_averager"})
+        assert set(split) == roles and min(split.values()) >= 0, split
+        assert split["trainer"] > 0 and split["dht"] > 0 and split["p2pd"] > 0, split
+        assert sum(split.values()) == pytest.approx(summary["cpu_received"]["process_tree_seconds"], abs=0.05)
     assert {s["strategy_details"]["stop_requested_by"] for s in summaries} <= {"peer-01", "peer-02"}
     # the trackers were in sync before the second step: the peers shared the first epoch
     first_epoch = [s["strategy_details"]["epochs"][0]["steps"] for s in summaries]

@@ -16,6 +16,7 @@ MODULES = [
     "trainer.data",
     "trainer.shutdown",
     "trainer.strategies.baseline",
+    "trainer.strategies.hivemind",
     "trainer.cpu_usage",
     "trainer.report.analysis",
     "trainer.report.diagnosis",

@@ -378,6 +378,18 @@ def epoch_arrivals(steps: list[dict[str, Any]]) -> dict[int, float]:
     return arrivals
 
 
+def hivemind_cpu_share(cpu_received: dict[str, Any] | None) -> float | None:
+    """The share of a peer's CPU over the training that went to Hivemind's own processes (DHT, p2pd,
+    averagers) rather than the training loop's; None where the summary has no split.
+
+    >>> hivemind_cpu_share({"process_tree_by_role": {"trainer": 6.0, "dht": 1.0, "p2pd": 3.0}})
+    0.4
+    """
+    split = (cpu_received or {}).get("process_tree_by_role") or {}
+    everything = sum(split.values())
+    return round(1.0 - split.get("trainer", 0.0) / everything, 4) if everything > 0 else None
+
+
 def peer_rows(e: Experiment) -> list[dict[str, Any]]:
     """A Hivemind run's peers: what each contributed and who waited for whom at the epoch boundaries.
 
@@ -406,6 +418,7 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
                 "bandwidth_mbit": host.get("bandwidth_mbit"),
                 "cores_used": (host.get("cpu_received") or {}).get("cores_used"),
                 "cores_under_load": (host.get("cpu_probe") or {}).get("cores_used"),
+                "hivemind_cpu_share": hivemind_cpu_share(host.get("cpu_received")),
                 "steps": len(steps),
                 "samples": int(samples),
                 "contribution": samples / total_samples if total_samples else None,
@@ -422,8 +435,8 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
 
 def _peers(experiments: list[Experiment]) -> Table:
     columns = (
-        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "cores_under_load", "steps"),
-        "samples",
+        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "cores_under_load"),
+        *("hivemind_cpu_share", "steps", "samples"),
         *("contribution", "samples_per_second", "compute_ms", "averaging_ms", "epochs_ended"),
         *("last_arrivals", "mean_wait_for_others_s"),
     )

@@ -70,6 +70,10 @@ class Strategy(Protocol):
     def local_optimizer(self) -> torch.optim.Optimizer | None:
         """The torch optimizer whose state this process keeps (for the memory profile), or None."""
 
+    def process_roles(self) -> dict[int, str]:
+        """The processes the strategy started beside the training loop's, by pid, with the role each plays
+        (summary.json's ``cpu_received.process_tree_by_role``); {} where it starts none."""
+
     def finish(self, exit_reason: str) -> None:
         """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut
         down."""

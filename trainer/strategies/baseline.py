@@ -88,5 +88,8 @@ class BaselineStrategy:
     def local_optimizer(self) -> torch.optim.Optimizer | None:
         return self.optimizer
 
+    def process_roles(self) -> dict[int, str]:
+        return {}
+
     def finish(self, exit_reason: str) -> None:
         log.debug("baseline finished after %d steps (%s)", self._steps, exit_reason)

@@ -189,6 +189,9 @@ class DataParallelStrategy:
         """The optimizer whose state this process holds (ZeRO: the one of its shard)."""
         return self.optimizer.optim if self.sharded and self.optimizer is not None else self.optimizer
 
+    def process_roles(self) -> dict[int, str]:
+        return {}
+
     # ------------------------------------------------------------------ helpers
 
     def _config(self) -> RunConfig:

@@ -49,6 +49,8 @@ JOIN_RETRY_SECONDS = 60.0
 PARAMETER_SAMPLES = 32
 #: seconds between progress reads while the tracker has not found other peers (hivemind's default: 3)
 TRACKER_REFRESH_ALONE = 0.5
+#: the most seconds between progress reads once it has found other peers (hivemind: 3 s default, 10 s max)
+TRACKER_REFRESH_MAX = 3.0
 #: steps every peer may take before it has read a stop request from the DHT (reads overlap steps); the stop
 #: epoch is the first epoch boundary at least this many steps away, so no peer passes it unaware
 STOP_NOTICE_STEPS = 3
@@ -129,11 +131,7 @@ class HivemindStrategy:
         self._remember_processes()
 
     def _remember_processes(self) -> None:
-        roots = [getattr(self.dht, "pid", None)]
-        if self.optimizer is not None:
-            roots.append(getattr(self.optimizer.state_averager, "pid", None))
-            roots.append(getattr(self.optimizer.grad_averager, "pid", None))
-        for pid in _descendants([pid for pid in roots if pid]):
+        for pid in _descendants(list(self.process_roles())):
             started = _start_time(pid)
             if started is not None:
                 self._processes[pid] = started
@@ -325,6 +323,15 @@ class HivemindStrategy:
         """The torch optimizer inside hivemind's state averager (its own averaged copies are not counted)."""
         return self.optimizer.state_averager.optimizer if self.optimizer is not None else None
 
+    def process_roles(self) -> dict[int, str]:
+        """Hivemind's DHT process (p2pd runs below it) and the averagers' processes."""
+        processes = {"dht": self.dht}
+        if self.optimizer is not None:
+            processes.update(
+                state_averager=self.optimizer.state_averager, grad_averager=self.optimizer.grad_averager
+            )
+        return {pid: role for role, process in processes.items() if (pid := getattr(process, "pid", None))}
+
     def summary_details(self) -> dict[str, Any]:
         """Extra facts for summary.json (``strategy_details``): why and where the run stopped, the finish."""
         return dict(self._details)
@@ -344,10 +351,18 @@ def tracker_options(matchmaking_time: float) -> dict[str, float]:
     hivemind reads the collective progress every 3 s while it has found no other peer, and up to every 10 s
     when its throughput estimate is still poor (the first steps): right after the start barrier each peer
     then runs its first epoch on stale counts, far past the target batch size. Reading every 0.5 s while
-    alone and at least once per matchmaking period keeps the first epoch like the others (one small DHT read
-    per peer per period).
+    alone and at least once per matchmaking period, and never more than 3 s apart, keeps the first epoch like
+    the others (one small DHT read per peer per period). Without the 3 s cap, Hivemind's default matchmaking
+    time (15 s) let the trackers miss the start sync (every peer waited its full 15 s) and ran the first epoch
+    to ~4x the target batch size (make demo, docs/fair-cpu.md).
+
+    >>> [tracker_options(m)["max_refresh_period"] for m in (0.5, 2.0, 15.0)]
+    [1.0, 2.0, 3.0]
     """
-    return {"default_refresh_period": TRACKER_REFRESH_ALONE, "max_refresh_period": max(1.0, matchmaking_time)}
+    return {
+        "default_refresh_period": TRACKER_REFRESH_ALONE,
+        "max_refresh_period": min(TRACKER_REFRESH_MAX, max(1.0, matchmaking_time)),
+    }
 
 
 def _join_dht(hivemind: Any, config: RunConfig) -> Any:
