@@ -21,11 +21,12 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=15 -e averaging_timeout=60 -e progress_interval=30
 
-.PHONY: help setup apt cgroups venv image demo test lint pytest molecule clean
+.PHONY: help setup apt cgroups venv image demo test test-cluster lint pytest molecule clean
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
 	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and pytest tests/"
+	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 
 setup: apt cgroups venv image infra-setup
@@ -70,6 +71,10 @@ pytest: setup
 	pytest tests/
 
 test: setup lint pytest
+
+# The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
+test-cluster: setup
+	pytest -m cluster tests/
 
 clean:
 	ansible-playbook playbooks/teardown.yml

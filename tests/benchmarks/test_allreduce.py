@@ -59,6 +59,7 @@ def test_namespaces_are_shaped_and_removed():
 @needs_root
 @pytest.mark.slow
 @pytest.mark.hivemind
+@pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_hivemind_averaging_against_the_bound(tmp_path):
     out = tmp_path / "bound"
@@ -77,6 +78,7 @@ def test_hivemind_averaging_against_the_bound(tmp_path):
 @needs_root
 @pytest.mark.slow
 @pytest.mark.hivemind
+@pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_hivemind_and_gloo_over_message_sizes(tmp_path):
     out = tmp_path / "micro"

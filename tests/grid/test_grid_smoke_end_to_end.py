@@ -24,6 +24,7 @@ SMOKE = REPO / "grids" / "smoke.yml"
 PLAYBOOKS = REPO / "playbooks"
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.cluster,
     pytest.mark.timeout(5400),
     pytest.mark.skipif(
         not (PLAYBOOKS / "experiment.yml").exists() or not (PLAYBOOKS / "teardown.yml").exists(),

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from monitoring_support import load_dashboards, panel_queries, render_prometheus, substitute, write_inventory
 
-pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster, pytest.mark.timeout(300)]
 
 TRAINER = Path(sys.executable).with_name("trainer")
 RUN_ID = "monitoring-e2e"

@@ -15,7 +15,7 @@ from trainer_testing import REPO, trainer_command, trainer_env
 
 from trainer.results import read_rounds, read_steps, read_summary
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def free_port() -> int:

@@ -1,0 +1,57 @@
+"""The gate's rules (tests/conftest.py): a cluster test is rerun once and listed with its first failure; a
+unit test is never rerun; ``chance.expect`` records and prints, never fails a test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+
+PROBES = """
+import pytest
+from pathlib import Path
+
+@pytest.mark.cluster
+def test_cluster_fails_once(tmp_path_factory):
+    mark = tmp_path_factory.getbasetemp() / "failed-once"
+    if not mark.exists():
+        mark.write_text("x")
+        raise AssertionError("a first failure by chance")
+
+@pytest.mark.cluster
+def test_cluster_always_fails():
+    raise AssertionError("a real failure")
+
+def test_unit_fails():
+    raise AssertionError("a unit failure")
+
+@pytest.mark.cluster
+def test_chance_is_recorded(chance):
+    assert chance.expect(False, "rounds formed", {"ok": 0}) is False
+    chance.expect(True, "no timeout")
+"""
+
+
+def test_cluster_tests_are_rerun_once_and_listed(pytester):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    cluster: cluster\n    molecule: molecule\n")
+    pytester.makepyfile(test_probes=PROBES)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": 2, "failed": 2, "rerun": 2}
+    out = result.stdout.str()
+    assert "3 cluster test(s) run, 2 rerun(s)" in out
+    assert "RERUN test_probes.py::test_cluster_fails_once (failed in call); its first failure:" in out
+    assert "a first failure by chance" in out
+    assert "RERUN test_probes.py::test_unit_fails" not in out  # unit tests are never rerun
+    assert "2 recorded, 1 did not hold" in out
+    recorded = "NOT HELD test_probes.py::test_chance_is_recorded: rounds formed  [{'ok': 0}]"
+    assert recorded in out
+
+
+def test_nothing_is_printed_without_cluster_tests(pytester):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    cluster: cluster\n")
+    pytester.makepyfile(test_unit="def test_one():\n    assert True\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "cluster tests" not in result.stdout.str()
