@@ -67,8 +67,14 @@ lint: venv
 	ansible-lint --profile production roles/ playbooks/ inventories/
 	if [ -d infra ] && command -v terraform >/dev/null; then terraform fmt -check -recursive infra; fi
 
+# Two passes: the tests that share nothing run on 2 workers (pytest-xdist, a file per worker); those that start
+# containers, peers or Hivemind, or time things, run one at a time. Both passes run; either failing fails.
+SERIAL_TESTS := cluster or molecule or hivemind or slow
 pytest: setup
-	pytest tests/
+	status=0; \
+	pytest -n 2 --dist loadfile -m "not ($(SERIAL_TESTS))" tests/ || status=$$?; \
+	pytest -m "$(SERIAL_TESTS)" tests/ || status=$$?; \
+	exit $$status
 
 test: setup lint pytest
 

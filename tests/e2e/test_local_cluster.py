@@ -332,7 +332,7 @@ def test_zero_on_two_peers(tmp_path):
     """Issue 13: a ZeRO run (one rank per container, gloo over the cluster network) works like a Hivemind run:
     complete, the same parameters on both ranks, each rank holding a shard of the optimizer state."""
     settings = {**FAST, "strategy": "zero", "peers": 2, "dataset": "synthetic", "monitoring": False}
-    settings.update(max_steps=30, experiment_id="e2e-zero")
+    settings.update(max_steps=30, experiment_id="e2e-zero", cpu_probe_seconds=0)
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     assert run.returncode == 0, run.output[-8000:]
     results = tmp_path / "e2e-zero"
@@ -354,6 +354,7 @@ def test_zero_on_two_peers(tmp_path):
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # A 1-second start barrier: the bootstrap peer gives up before the other peer has even started.
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 1}
+    settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     assert run.returncode != 0
