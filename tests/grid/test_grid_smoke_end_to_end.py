@@ -1,6 +1,7 @@
-"""The smoke grid end to end on the local cluster (real playbook, containers, Ceph, Hivemind peers):
-2 baseline + 2 Hivemind runs, interrupted with Ctrl-C during the first Hivemind run, resumed (finished
-runs are not redone), then `trainer report` writes every plot and table."""
+"""The smoke grid end to end on the local cluster (real playbook, containers, Ceph, Hivemind peers), with
+`--repeat 1`: 1 baseline + 2 Hivemind runs, interrupted with Ctrl-C during the first Hivemind run, resumed
+(the finished run is not redone), then `trainer report` writes every plot and table. One repeat is enough
+for the pipeline; repeats themselves are checked with stand-in playbooks (test_grid_runner.py)."""
 
 from __future__ import annotations
 
@@ -80,12 +81,13 @@ def own_cluster(tmp_path):
 
 def test_smoke_grid_interrupted_resumed_and_reported(tmp_path, own_cluster):
     results = tmp_path / "results"
-    ids = [run.experiment_id for run in load_grid(SMOKE).runs]
+    ids = [run.experiment_id for run in load_grid(SMOKE, repeats=1).runs]
+    assert len(ids) == 3, ids
     status_file = results / "grid-smoke.status.json"
     env = {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf")}
     inventory = own_cluster
     command = [
-        *(sys.executable, "-m", "trainer", "grid", str(SMOKE)),
+        *(sys.executable, "-m", "trainer", "grid", str(SMOKE), "--repeat", "1"),
         *("--results-dir", str(results), "--inventory", str(inventory)),
     ]
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115
@@ -95,10 +97,10 @@ def test_smoke_grid_interrupted_resumed_and_reported(tmp_path, own_cluster):
         deadline = time.monotonic() + 3600
         while True:
             assert process.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the first two runs did not finish in time"
+            assert time.monotonic() < deadline, "the baseline run did not finish in time"
             runs = json.loads(status_file.read_text())["runs"] if status_file.exists() else {}
-            third = runs.get(ids[2], {})
-            if third.get("status") == "running" and time.time() - third["started"] > 20:
+            second = runs.get(ids[1], {})
+            if second.get("status") == "running" and time.time() - second["started"] > 20:
                 break
             time.sleep(2)
         process.send_signal(signal.SIGINT)
@@ -110,17 +112,15 @@ def test_smoke_grid_interrupted_resumed_and_reported(tmp_path, own_cluster):
     first = (tmp_path / "first.log").read_text()
     assert "interrupted (run the same command again to resume)" in first, first[-3000:]
     runs = json.loads(status_file.read_text())["runs"]
-    assert [runs[i]["status"] for i in ids] == ["complete", "complete", "interrupted", "pending"], first[
-        -3000:
-    ]
+    assert [runs[i]["status"] for i in ids] == ["complete", "interrupted", "pending"], first[-3000:]
     assert local_cluster_containers() == []  # torn down
 
     resumed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "4 runs selected, 2 already complete, 2 to run" in resumed.stdout
+    assert "3 runs selected, 1 already complete, 2 to run" in resumed.stdout
     runs = json.loads(status_file.read_text())["runs"]
-    assert [runs[i]["status"] for i in ids] == ["complete"] * 4
-    assert [runs[i]["attempts"] for i in ids] == [1, 1, 2, 1]  # finished runs were not redone
+    assert [runs[i]["status"] for i in ids] == ["complete"] * 3
+    assert [runs[i]["attempts"] for i in ids] == [1, 2, 1]  # the finished run was not redone
     for experiment_id in ids:
         assert json.loads((results / experiment_id / "experiment.json").read_text())["complete"] is True
 
@@ -144,10 +144,10 @@ def test_smoke_grid_interrupted_resumed_and_reported(tmp_path, own_cluster):
         assert (out / name).stat().st_size > 0, name
     with open(out / "time_to_target.csv", newline="") as handle:
         speed = list(csv.DictReader(handle))
-    assert len(speed) == 2 and {row["baselines"] for row in speed} == {"2"}
+    assert len(speed) == 2 and {row["baselines"] for row in speed} == {"1"}
     with open(out / "averaging.csv", newline="") as handle:
         averaging = list(csv.DictReader(handle))
     assert {row["peers"] for row in averaging} == {"2"}
     # every Hivemind run averaged at least once (how many rounds succeed depends on the machine's load)
-    for experiment_id in ids[2:]:
+    for experiment_id in ids[1:]:
         assert any(int(row["rounds_ok"]) > 0 for row in averaging if row["experiment_id"] == experiment_id)
