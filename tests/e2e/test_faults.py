@@ -59,6 +59,10 @@ def test_kill_one_of_four_then_partition_one_of_three(tmp_path, chance):
     ), experiment["expected_incomplete"]
     for peer in PEERS[:3]:
         assert read_json(results / peer / "summary.json")["complete"] is True, peer
+    # by default the first peer starts the DHT (and trains); the others join it (a DHT-only node on the
+    # monitor host: tests/e2e/test_local_cluster.py)
+    assert experiment["bootstrap"] == {"by": "peer", "host": "peer-01", "dht_node": None}
+    assert (results / "peer-01" / "multiaddrs.txt").exists()
 
     # the timeline: planned and actual times, from the first step
     faults = {f["kind"]: f for f in experiment["faults"]}

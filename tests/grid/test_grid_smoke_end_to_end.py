@@ -122,7 +122,10 @@ def test_smoke_grid_interrupted_resumed_and_reported(tmp_path, own_cluster):
     assert [runs[i]["status"] for i in ids] == ["complete"] * 3
     assert [runs[i]["attempts"] for i in ids] == [1, 2, 1]  # the finished run was not redone
     for experiment_id in ids:
-        assert json.loads((results / experiment_id / "experiment.json").read_text())["complete"] is True
+        experiment = json.loads((results / experiment_id / "experiment.json").read_text())
+        assert experiment["complete"] is True, experiment["incomplete_reason"]
+        # every run read Fashion-MNIST through CephFS (the baseline too: tests/e2e has one from a local copy)
+        assert experiment["storage"]["backend"] == "cephfs", experiment["storage"]
 
     report = trainer("report", str(results), "--out", str(tmp_path / "report"), timeout=600)
     assert report.returncode == 0, report.stderr
