@@ -20,11 +20,9 @@ from typing import Any
 
 import yaml
 
-STRATEGIES = ("baseline", "hivemind", "ddp", "zero")
-PREPROCESSING = ("decode", "cached")
-MODELS = ("resnet18", "smallcnn")
-DATASETS = ("synthetic", "fashion-mnist", "cifar10", "imagefolder")
-OPTIMIZERS = ("sgd", "adam")
+# the allowed values, from the experiment's one definition
+from trainer.variables import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
+
 DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
 _MULTIADDR = re.compile(

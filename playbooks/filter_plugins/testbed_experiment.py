@@ -1,8 +1,8 @@
 """Validation and planning of one experiment (playbooks/validate.yml).
 
 Every playbook variable and the inventory are checked once, on the controller, before any host is touched;
-every problem is reported in one message. The variables are those of docs/architecture.md ("Experiment
-playbook variables"); extra vars given with ``-e key=value`` arrive as strings, so every value is parsed here.
+every problem is reported in one message. The variables are defined in trainer/variables.py; extra vars given
+with ``-e key=value`` arrive as strings, so every value is parsed here.
 """
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ import math
 import re
 from typing import Any
 
+from trainer.variables import DATA_PARALLEL_FIELDS, HIVEMIND_FIELDS, TRAINER_FIELDS
+from trainer.variables import VARIABLES as DEFINITION
+
 UNSET = "__testbed_unset__"
-STRATEGIES = ("hivemind", "baseline", "ddp", "zero")
-MODELS = ("resnet18", "smallcnn")
-DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
-STORAGES = ("cephfs", "local", "nfs")
-OPTIMIZERS = ("sgd", "adam")
-PREPROCESSING = ("decode", "cached")
-DHT_BOOTSTRAPS = ("peer", "monitor")
 # No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
@@ -32,77 +28,8 @@ MAX_CPU_PROBE_SECONDS = 120
 # Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
 LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
 
-# name: (kind, default). Kinds: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, or a tuple
-# of choices.
-VARIABLES: dict[str, tuple[Any, Any]] = {
-    "peers": ("int", 8),
-    "strategy": (STRATEGIES, "hivemind"),
-    "model": (MODELS, "resnet18"),
-    "dataset": (DATASETS, "fashion-mnist"),
-    "dataset_storage": (STORAGES, None),
-    "data_root": ("str", None),
-    "batch_size": ("int", 32),
-    "learning_rate": ("float", 0.01),
-    "optimizer": (OPTIMIZERS, "sgd"),
-    "max_steps": ("int", 1000),
-    "seed": ("int0", 0),
-    "target_batch_size": ("int", 4096),
-    "local_updates": ("bool", False),
-    "matchmaking_time": ("float", 5.0),
-    # Hivemind: parameters (and optimizer state) averaged every N epochs (docs/study-scale.md)
-    "average_state_every": ("int", 1),
-    "averaging_timeout": ("float", 60.0),
-    # Hivemind: who starts the DHT the peers join: the first peer (which also trains) or a DHT-only node on
-    # the monitor host (hivemind's own examples' layout; docs/fair-cpu.md)
-    "dht_bootstrap": (DHT_BOOTSTRAPS, "peer"),
-    "vcpus": ("int", None),
-    "data_workers": ("int0", 0),
-    "preprocessing": (PREPROCESSING, "decode"),
-    "eval_every": ("int0", 0),
-    "target_loss": ("float", None),
-    "experiment_id": ("str", None),
-    "force": ("bool", False),
-    "start_timeout": ("int", 300),
-    # Hivemind: start with this many peers when the start barrier times out without the others (0: all)
-    "min_peers": ("int0", 0),
-    "finish_grace": ("float", 30.0),
-    "run_timeout": ("int", 3600),
-    "progress_interval": ("int", 30),
-    "monitoring": ("bool", True),
-    "measure_bandwidth": ("bool", True),
-    # seconds every peer spins under full load, all at once, before the run (playbooks/cpu.yml; 0: no probe)
-    "cpu_probe_seconds": ("float0", 5.0),
-    "results_root": ("str", None),
-    "bandwidth_mbit": ("float", None),
-    "latency_ms": ("float0", None),
-    # planned faults, checked by testbed_faults.py (docs/faults.md)
-    "faults": ("str", None),
-}
-# Settings handed to every trainer unchanged (RunConfig field names).
-TRAINER_FIELDS = (
-    "model",
-    "dataset",
-    "batch_size",
-    "learning_rate",
-    "optimizer",
-    "max_steps",
-    "seed",
-    "data_workers",
-    "preprocessing",
-    "eval_every",
-    "target_loss",
-)
-HIVEMIND_FIELDS = (
-    "min_peers",
-    "target_batch_size",
-    "local_updates",
-    "matchmaking_time",
-    "average_state_every",
-    "averaging_timeout",
-    "finish_grace",
-)
-# DDP/ZeRO: every collective gives up after averaging_timeout (a dead rank ends the run)
-DATA_PARALLEL_FIELDS = ("averaging_timeout",)
+# name: (kind, default), from the one definition (trainer/variables.py)
+VARIABLES: dict[str, tuple[Any, Any]] = {v.name: (v.kind, v.default) for v in DEFINITION}
 
 
 def testbed_variable_names(_: Any = None) -> list[str]:

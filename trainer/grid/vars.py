@@ -1,10 +1,9 @@
 """The experiment playbook's variables as the grid runner checks them before any run starts.
 
-The rules mirror `playbooks/filter_plugins/testbed_experiment.py` (the owner, used by
-`playbooks/validate.yml`; docs/architecture.md "Experiment playbook variables"), and a test keeps both in
-step: a grid that passes here is not refused by the playbook for its values. Each check returns the
-normalised value (ints for counts, floats for rates, bools for flags) so that equal settings always hash to
-the same experiment id.
+The variables, their kinds and their order come from their one definition (trainer/variables.py), which the
+playbook's validation uses too: a grid that passes here is not refused by the playbook for its values. Each
+check returns the normalised value (ints for counts, floats for rates, bools for flags) so that equal settings
+always hash to the same experiment id.
 """
 
 from __future__ import annotations
@@ -12,51 +11,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.config import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
-
-DATASET_STORAGES = ("cephfs", "local", "nfs")
+from trainer.variables import VARIABLES
 
 #: variables the grid runner sets itself (id from the settings and repeat, force for retries, results_root
 #: from --results-dir); a grid file must not set them
-RUNNER_VARS = ("experiment_id", "force", "results_root")
+RUNNER_VARS = tuple(variable.name for variable in VARIABLES if variable.set_by_grid)
 
 #: every playbook variable a grid may set, in the order runs are printed, with its kind:
 #: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, or a tuple of choices
-VAR_KINDS: dict[str, Any] = {
-    "strategy": STRATEGIES,
-    "peers": "int",
-    "vcpus": "int",
-    "model": MODELS,
-    "dataset": DATASETS,
-    "dataset_storage": DATASET_STORAGES,
-    "data_root": "str",
-    "batch_size": "int",
-    "learning_rate": "float",
-    "optimizer": OPTIMIZERS,
-    "max_steps": "int",
-    "target_batch_size": "int",
-    "local_updates": "bool",
-    "matchmaking_time": "float",
-    "average_state_every": "int",
-    "averaging_timeout": "float",
-    "dht_bootstrap": ("peer", "monitor"),
-    "data_workers": "int0",
-    "preprocessing": PREPROCESSING,
-    "eval_every": "int0",
-    "target_loss": "float",
-    "seed": "int0",
-    "start_timeout": "int",
-    "min_peers": "int0",
-    "finish_grace": "float",
-    "run_timeout": "int",
-    "progress_interval": "int",
-    "monitoring": "bool",
-    "measure_bandwidth": "bool",
-    "cpu_probe_seconds": "float0",
-    "bandwidth_mbit": "float",
-    "latency_ms": "float0",
-    "faults": "str",
-}
+VAR_KINDS: dict[str, Any] = {v.name: v.kind for v in VARIABLES if not v.set_by_grid}
 PLAYBOOK_VARS = tuple(VAR_KINDS)
 
 

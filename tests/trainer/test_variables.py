@@ -1,0 +1,87 @@
+"""The experiment's variables are defined once (trainer/variables.py) and every user derives from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from trainer import variables
+from trainer.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
+GRID_VARS = REPO / "trainer" / "grid" / "vars.py"
+INVENTORY = {
+    "peers": ["peer-01", "peer-02"],
+    "local": True,
+    "host_cores": 2,
+    "hostvars": {host: {"cluster_address": "10.0.0.1", "memory_mb": 2048} for host in ("peer-01", "peer-02")},
+}
+
+
+def _fresh(path: Path, name: str) -> types.ModuleType:
+    """``path`` imported anew (under ``name``), with whatever trainer.variables is in sys.modules now."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_table_is_generated_from_the_definition():
+    text = variables.DOCS.read_text()
+    regenerate = ".venv/bin/python -m trainer.variables --write-docs"
+    assert variables.docs_with_table(text) == text, f"docs/architecture.md's table is stale: run {regenerate}"
+
+
+def test_every_setting_handed_to_the_trainer_is_a_trainer_flag():
+    fields = {field.name for field in dataclasses.fields(RunConfig)}
+    handed = {*variables.TRAINER_FIELDS, *variables.HIVEMIND_FIELDS, *variables.DATA_PARALLEL_FIELDS}
+    assert handed <= fields, handed - fields
+    # and the trainer accepts exactly the values the playbook does
+    for name in ("strategy", "model", "dataset", "optimizer", "preprocessing"):
+        assert isinstance(variables.BY_NAME[name].kind, tuple), name
+
+
+def test_names_are_unique_and_kinds_known():
+    assert len(variables.BY_NAME) == len(variables.VARIABLES)
+    for variable in variables.VARIABLES:
+        kinds = ("int", "int0", "float", "float0", "bool", "str")
+        assert isinstance(variable.kind, tuple) or variable.kind in kinds, variable
+        assert variable.meaning and set(variable.trainers) <= {"all", "hivemind", "data_parallel"}
+
+
+def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):
+    """One new entry (here a DiLoCo-like `sync_every`) and nothing else: the playbook's validation checks it
+    and hands it to Hivemind peers, the grid accepts and checks it, and the docs table is stale until
+    regenerated."""
+    source = Path(variables.__file__).read_text()
+    entry = 'Variable("sync_every", "int", 4, "inner steps between outer steps", (HIVEMIND,))'
+    added = source.replace("\nBY_NAME", f"\nVARIABLES = (*VARIABLES, {entry})\nBY_NAME", 1)
+    assert added != source
+    definition = types.ModuleType("trainer.variables")
+    definition.__file__ = variables.__file__
+    exec(compile(added, variables.__file__, "exec"), definition.__dict__)  # noqa: S102 - our own source
+    monkeypatch.setitem(sys.modules, "trainer.variables", definition)
+
+    playbook = _fresh(PLUGIN, "testbed_experiment_with_sync_every")
+    assert "sync_every" in playbook.testbed_variable_names()
+    refused = playbook.testbed_experiment({"peers": "2", "sync_every": "0"}, INVENTORY)
+    assert "sync_every must be >= 1 (got 0)" in refused["errors"]
+    planned = playbook.testbed_experiment({"peers": "2", "sync_every": "6"}, INVENTORY)
+    assert planned["errors"] == [] and planned["settings"]["sync_every"] == 6
+    assert planned["trainer_settings"]["sync_every"] == 6
+    assert playbook.testbed_experiment({"peers": "2"}, INVENTORY)["settings"]["sync_every"] == 4
+
+    grid = _fresh(GRID_VARS, "grid_vars_with_sync_every")
+    assert grid.check_var("sync_every", 3) == 3
+    with pytest.raises(grid.VarError):
+        grid.check_var("sync_every", 0)
+    assert "sync_every" in grid.PLAYBOOK_VARS
+
+    docs = variables.DOCS.read_text()
+    assert "`sync_every`" in definition.docs_with_table(docs) and "`sync_every`" not in docs

@@ -1,0 +1,195 @@
+"""The experiment's variables, defined once: name, kind, default and meaning of each.
+
+Everything else is derived from ``VARIABLES``: the experiment playbook's validation
+(``playbooks/filter_plugins/testbed_experiment.py``), the grid runner's checks (``trainer/grid/vars.py``), the
+settings handed to the trainer (``TRAINER_FIELDS``, ``HIVEMIND_FIELDS``, ``DATA_PARALLEL_FIELDS``: each maps
+onto the trainer flag of the same name) and the table in ``docs/architecture.md`` (``python -m
+trainer.variables --write-docs``; a test fails when it is stale). Adding a variable is one entry here, plus
+the code that uses it.
+
+Kinds: ``int`` (>= 1), ``int0`` (>= 0), ``float`` (> 0), ``float0`` (>= 0), ``bool``, ``str``, or a tuple of
+the allowed values. Standard library only: the controller's Ansible plugins import it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STRATEGIES = ("hivemind", "baseline", "ddp", "zero")
+MODELS = ("resnet18", "smallcnn")
+DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
+STORAGES = ("cephfs", "local", "nfs")
+OPTIMIZERS = ("sgd", "adam")
+PREPROCESSING = ("decode", "cached")
+DHT_BOOTSTRAPS = ("peer", "monitor")
+
+# which trainers get a variable as the flag of the same name
+ALL_TRAINERS, HIVEMIND, DATA_PARALLEL = "all", "hivemind", "data_parallel"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: Any
+    default: Any
+    meaning: str
+    #: the trainers it is handed to as the flag of the same name (ALL_TRAINERS, HIVEMIND, DATA_PARALLEL);
+    #: none: the playbook's own
+    trainers: tuple[str, ...] = ()
+    #: set by `trainer grid` itself (from the settings, the repeat, --results-dir): a grid file must not
+    set_by_grid: bool = False
+
+    def kind_text(self) -> str:
+        return ", ".join(self.kind) if isinstance(self.kind, tuple) else self.kind
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("peers", "int", 8, "peers in the run (a baseline uses the first host only)"),
+    Variable("strategy", STRATEGIES, "hivemind", "how the peers train together"),
+    Variable("model", MODELS, "resnet18", "the network trained", (ALL_TRAINERS,)),
+    Variable("dataset", DATASETS, "fashion-mnist", "the data trained on", (ALL_TRAINERS,)),
+    Variable("dataset_storage", STORAGES, None, "where peers read the dataset from (local cluster: cephfs)"),
+    Variable("data_root", "str", None, "dataset directory on the peers (default /mnt/datasets/<dataset>)"),
+    Variable("batch_size", "int", 32, "samples per step and peer", (ALL_TRAINERS,)),
+    Variable("learning_rate", "float", 0.01, "the optimizer's learning rate", (ALL_TRAINERS,)),
+    Variable("optimizer", OPTIMIZERS, "sgd", "the optimizer", (ALL_TRAINERS,)),
+    Variable("max_steps", "int", 1000, "steps each peer takes", (ALL_TRAINERS,)),
+    Variable("seed", "int0", 0, "seed of the model's initialisation and the data order", (ALL_TRAINERS,)),
+    Variable("target_batch_size", "int", 4096, "Hivemind: samples of all peers per epoch", (HIVEMIND,)),
+    Variable(
+        "local_updates",
+        "bool",
+        False,
+        "Hivemind: step locally, average parameters (no gradients)",
+        (HIVEMIND,),
+    ),
+    Variable("matchmaking_time", "float", 5.0, "Hivemind: seconds to form an averaging group", (HIVEMIND,)),
+    Variable("average_state_every", "int", 1, "Hivemind: average parameters every N epochs", (HIVEMIND,)),
+    Variable(
+        "averaging_timeout",
+        "float",
+        60.0,
+        "seconds a round (DDP/ZeRO: a collective) may take",
+        (HIVEMIND, DATA_PARALLEL),
+    ),
+    Variable(
+        "dht_bootstrap", DHT_BOOTSTRAPS, "peer", "Hivemind: the first peer or a DHT-only node on the monitor"
+    ),
+    Variable("vcpus", "int", None, "vCPUs per peer (default: each host's vcpus, locally 16/peers)"),
+    Variable("data_workers", "int0", 0, "data-loading worker processes per peer", (ALL_TRAINERS,)),
+    Variable(
+        "preprocessing", PREPROCESSING, "decode", "imagefolder: decode each step or cache", (ALL_TRAINERS,)
+    ),
+    Variable("eval_every", "int0", 0, "steps between evaluations (0: none)", (ALL_TRAINERS,)),
+    Variable("target_loss", "float", None, "loss the report measures time to", (ALL_TRAINERS,)),
+    Variable(
+        "experiment_id",
+        "str",
+        None,
+        "results directory name (default: settings + timestamp)",
+        set_by_grid=True,
+    ),
+    Variable(
+        "force", "bool", False, "overwrite complete results of the same experiment_id", set_by_grid=True
+    ),
+    Variable("start_timeout", "int", 300, "seconds the start barrier waits for every peer"),
+    Variable(
+        "min_peers",
+        "int0",
+        0,
+        "Hivemind: start with this many when the barrier times out (0: all)",
+        (HIVEMIND,),
+    ),
+    Variable(
+        "finish_grace",
+        "float",
+        30.0,
+        "Hivemind: seconds a finished peer keeps serving the others",
+        (HIVEMIND,),
+    ),
+    Variable("run_timeout", "int", 3600, "seconds the playbook waits for the run"),
+    Variable("progress_interval", "int", 30, "seconds between the playbook's progress reports"),
+    Variable("monitoring", "bool", True, "Prometheus and Grafana on the monitor host"),
+    Variable(
+        "measure_bandwidth", "bool", True, "measure the link from the last peer to the first before a run"
+    ),
+    Variable(
+        "cpu_probe_seconds", "float0", 5.0, "seconds every peer spins at once before the run (0: no probe)"
+    ),
+    Variable(
+        "results_root",
+        "str",
+        None,
+        "controller directory of the results (default results/)",
+        set_by_grid=True,
+    ),
+    Variable("bandwidth_mbit", "float", None, "egress rate of every peer (or per host in the inventory)"),
+    Variable("latency_ms", "float0", None, "egress delay of every peer (or per host; needs netem)"),
+    Variable("faults", "str", None, "planned faults KIND:HOST@TIME[+DURATION][=RATE], comma-separated"),
+)
+
+BY_NAME: dict[str, Variable] = {variable.name: variable for variable in VARIABLES}
+
+
+def _for(trainer: str) -> tuple[str, ...]:
+    return tuple(variable.name for variable in VARIABLES if trainer in variable.trainers)
+
+
+#: settings handed to every trainer, to Hivemind peers, to DDP/ZeRO ranks (RunConfig field names)
+TRAINER_FIELDS = _for(ALL_TRAINERS)
+HIVEMIND_FIELDS = _for(HIVEMIND)
+DATA_PARALLEL_FIELDS = _for(DATA_PARALLEL)
+
+
+# ------------------------------------------------------------------------------------------------ the docs
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+_SECTION = re.compile(r"(<!-- variables:start.*?-->\n).*?(<!-- variables:end -->)", re.DOTALL)
+
+
+def _default_text(variable: Variable) -> str:
+    if variable.default is None:
+        return "–"
+    if isinstance(variable.default, bool):
+        return str(variable.default).lower()
+    return str(variable.default)
+
+
+def markdown_table() -> str:
+    """The variables as a Markdown table, in definition order."""
+    lines = ["| variable | kind | default | trainer flag | meaning |", "|---|---|---|---|---|"]
+    for variable in VARIABLES:
+        names = {ALL_TRAINERS: "every strategy", HIVEMIND: "Hivemind", DATA_PARALLEL: "DDP/ZeRO"}
+        flag = ", ".join(names[trainer] for trainer in variable.trainers) or "–"
+        grid = " (set by `trainer grid`)" if variable.set_by_grid else ""
+        kind = variable.kind_text()
+        lines.append(
+            f"| `{variable.name}` | {kind} | {_default_text(variable)} | {flag} | {variable.meaning}{grid} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def docs_with_table(text: str) -> str:
+    """``text`` (docs/architecture.md) with the generated table between its markers."""
+    if not _SECTION.search(text):
+        raise ValueError(
+            "docs/architecture.md has no <!-- variables:start --> ... <!-- variables:end --> section"
+        )
+    return _SECTION.sub(lambda match: match[1] + markdown_table() + match[2], text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The experiment's variables (trainer/variables.py).")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/architecture.md")
+    args = parser.parse_args()
+    if args.write_docs:
+        DOCS.write_text(docs_with_table(DOCS.read_text()))
+    else:
+        print(markdown_table(), end="")
+
+
+if __name__ == "__main__":
+    main()
