@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import pytest
 from e2e_support import REPO, extra_vars, run_playbook
@@ -175,7 +176,7 @@ def test_latency_is_accepted_where_the_kernel_can_delay():
     assert result["errors"] == [] and result["plan"]["peer-01"]["latency_ms"] == 20.0
 
 
-@pytest.mark.parametrize("name", ["testbed_experiment", "testbed_report", "testbed_faults"])
+@pytest.mark.parametrize("name", ["testbed_experiment", "testbed_report", "testbed_faults", "testbed_names"])
 def test_filter_plugin_examples(name):
     """The >>> examples of the playbooks' filters (validation, fairness, summary table) run as written."""
     import doctest
@@ -186,3 +187,35 @@ def test_filter_plugin_examples(name):
     spec.loader.exec_module(module)
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_unknown_names_are_refused_with_the_closest_known_ones(tmp_path):
+    """Issue 28: the newcomer's three typos, refused at once with a suggestion, before anything starts."""
+    started = time.monotonic()
+    run = run_playbook(
+        "experiment.yml",
+        *extra_vars(results_root=str(tmp_path), peer=4, max_step=10, modle="smallcnn"),
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert time.monotonic() - started < 30  # the issue asks for 10 s on an idle machine; this one is shared
+    assert "invalid settings, nothing was started" in run.output
+    for typo, meant in (("peer", "peers"), ("max_step", "max_steps"), ("modle", "model")):
+        assert f"unknown variable '{typo}': did you mean '{meant}'" in run.output, typo
+    assert CLUSTER_PLAY not in run.output
+
+
+def test_role_and_inventory_variables_given_with_e_stay_legal(tmp_path):
+    """A role's argument_specs option and an inventory variable set with -e are known: the run gets past the
+    name check (here it then stops at a bad setting, so nothing starts)."""
+    settings = {
+        "trainer_service_omp_wait_policy": "PASSIVE",
+        "testbed_shm_size": "2g",
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
+    run = run_playbook(
+        "experiment.yml", *extra_vars(results_root=str(tmp_path), peers=0, **settings), timeout=120
+    )
+    assert run.returncode != 0
+    assert "peers must be >= 1 (got 0)" in run.output
+    assert "unknown variable" not in run.output
