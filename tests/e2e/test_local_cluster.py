@@ -264,7 +264,7 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     for peer in PEERS:
         link, rate = hosts[peer]["link"], hosts[peer]["bandwidth_mbit"]
         assert rate == (SLOW_PEER if peer == "peer-04" else FAST_PEER)["bandwidth_mbit"], (peer, rate)
-        assert "tbf" in link["qdisc"] and f"{rate}Mbit" in link["qdisc"], link
+        assert "tbf" in link["qdisc"] and f"rate {rate:g}Mbit" in link["qdisc"], link
         assert "tbf" not in link["after_run"], link
     network = experiment["network"]
     assert (network["from"], network["to"]) == ("peer-04", "peer-01"), network
