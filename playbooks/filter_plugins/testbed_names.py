@@ -39,27 +39,26 @@ def _inventory_node(node: Any, names: set[str]) -> None:
         _inventory_node(child, names)
 
 
+def _yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
 def _inventory_names(sources: list[str]) -> set[str]:
+    """Variable names set by the inventories: group_vars/host_vars files, and a YAML inventory's groups."""
     names: set[str] = set()
     for source in map(Path, sources):
         directory = source if source.is_dir() else source.parent
-        files = [p for sub in ("group_vars", "host_vars") for p in (directory / sub).rglob("*.y*ml")]
-        files += [p for p in ([source] if source.is_file() else directory.glob("*.y*ml")) if p not in files]
-        for path in files:
-            try:
-                document = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError):
-                continue
-            if not isinstance(document, dict):
-                continue
-            if path.parent.name in ("group_vars", "host_vars") or path.parent.parent.name in (
-                "group_vars",
-                "host_vars",
-            ):
-                names.update(document)
-            else:
-                for group in document.values():
-                    _inventory_node(group, names)
+        for sub in ("group_vars", "host_vars"):
+            for path in (directory / sub).rglob("*.y*ml"):
+                document = _yaml(path)
+                names.update(document if isinstance(document, dict) else {})
+        for path in directory.glob("*.y*ml") if source.is_dir() else [source]:
+            document = _yaml(path)
+            for group in (document if isinstance(document, dict) else {}).values():
+                _inventory_node(group, names)
     return names
 
 

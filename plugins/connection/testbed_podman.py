@@ -3,7 +3,7 @@
 The collection's podman connection runs every task in five or six `podman exec` calls (home directory,
 temporary directory, chmod, the module, clean-up) after a `podman mount`. With pipelining a module is sent on
 the standard input of a single `podman exec --interactive`, and the container is mounted only when a task
-copies a file: a task costs about half the time (10 tasks on 4 containers: 20 s instead of 37 s on 2 cores).
+copies a file. benchmarks/connection_overhead.py measures both connections on the same tasks.
 """
 
 from __future__ import annotations
