@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import shared_cluster
 
 pytest_plugins = ["pytester"]
 
@@ -90,3 +91,14 @@ def chance(request) -> Chance:
     attempt = getattr(request.node, "execution_count", 1)  # set by pytest-rerunfailures
     name = request.node.nodeid + (f" (attempt {attempt})" if attempt > 1 else "")
     return Chance(name, gate.observations)
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """The tests' local cluster (tests/shared_cluster.py), shared by every end-to-end test of the session:
+    the node image must exist (make image); every container the tests started is removed at the end."""
+    image = shared_cluster.NODE_IMAGE
+    assert shared_cluster.node_image_exists(), f"{image} is missing: run `make image` first"
+    yield shared_cluster.ISOLATED_CLUSTER
+    removed = shared_cluster.teardown()
+    assert removed.returncode == 0, removed.stdout[-3000:]

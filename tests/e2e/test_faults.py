@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import BIN, ISOLATED_CLUSTER, environment, extra_vars, read_json, run_playbook
+from e2e_support import extra_vars, read_json, run_playbook
+from shared_cluster import BIN, ISOLATED_CLUSTER, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 

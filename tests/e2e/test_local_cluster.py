@@ -12,17 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import (
-    BIN,
-    ISOLATED_CLUSTER,
-    REPO,
-    PlaybookRun,
-    environment,
-    extra_vars,
-    free_port,
-    read_json,
-    run_playbook,
-)
+from e2e_support import PlaybookRun, extra_vars, free_port, read_json, run_playbook
+from shared_cluster import BIN, ISOLATED_CLUSTER, REPO, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 

@@ -413,8 +413,20 @@ def test_a_paused_peer_finds_itself_behind_and_says_so(peers):
             time.sleep(0.5)
     finally:
         os.killpg(second.session, signal.SIGCONT)
-    finish_all([first, second], timeout=240)
-    behind = [row for row in read_rounds(second.results) if row["cause"] == "behind"]
+
+    # its first round after the pause finds it behind; then both are stopped as a user would (SIGTERM: a
+    # clean exit with a summary) instead of training on to max_steps
+    def behind_rows() -> list[dict]:
+        return [row for row in read_rounds(second.results) if row["cause"] == "behind"]
+
+    deadline = time.monotonic() + 120
+    while not behind_rows() and second.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for peer in (first, second):
+        if peer.process.poll() is None:
+            peer.process.send_signal(signal.SIGTERM)
+    finish_all([first, second], timeout=120)
+    behind = behind_rows()
     assert behind, [(r["epoch"], r["outcome"], r["cause"]) for r in read_rounds(second.results)]
     assert behind[0]["outcome"] == "failed" and behind[0]["error"].startswith("behind: at epoch"), behind[0]
     assert second.summary["rounds_failed_by_cause"].get("behind", 0) == len(behind)
