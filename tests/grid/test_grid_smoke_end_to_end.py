@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from grid_support import REPO, trainer
-from shared_cluster import ISOLATED_CLUSTER
+from shared_cluster import ISOLATED_CLUSTER, environment
 
 from trainer.grid.command import select_runs
 from trainer.grid.spec import load_grid
@@ -55,7 +54,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     ids = [run.experiment_id for run in select_runs(load_grid(SMOKE, repeats=1), only)]
     assert len(ids) == 2, ids
     status_file = results / "grid-smoke.status.json"
-    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf")}
+    env = environment()
     command = [
         *(sys.executable, "-m", "trainer", "grid", str(SMOKE), "--repeat", "1", "--only", only),
         *("--results-dir", str(results), "--inventory", str(shared_inventory(tmp_path))),
