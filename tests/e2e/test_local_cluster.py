@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import PlaybookRun, extra_vars, free_port, read_json, run_playbook
-from shared_cluster import BIN, ISOLATED_CLUSTER, REPO, environment
+from shared_cluster import ISOLATED_CLUSTER, REPO, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 
@@ -285,38 +285,6 @@ def test_a_second_run_into_complete_results_is_refused(four_peers):
     assert "already holds the complete results of experiment e2e-four" in again.output
     assert "-e force=true" in again.output
     assert read_json(four_peers.results / "experiment.json")["complete"] is True  # what was there is kept
-
-
-def test_baseline_from_a_local_copy_beside_peers_reading_cephfs(four_peers, tmp_path):
-    """Issue 8: a baseline reading Fashion-MNIST from a copy on the host's disk completes and records its
-    backend; the report gives the data-loading share of it and of the shared run's peers reading CephFS
-    (the grid end-to-end test runs a baseline from CephFS)."""
-    root = tmp_path / "results"
-    settings = {**FAST, "strategy": "baseline", "peers": 4, "dataset": "fashion-mnist", "monitoring": False}
-    settings.update(dataset_storage="local", experiment_id="e2e-baseline-local", cpu_probe_seconds=0)
-    run = run_playbook("experiment.yml", *extra_vars(results_root=str(root), **settings))
-    assert run.returncode == 0, run.output[-8000:]
-    results = root / "e2e-baseline-local"
-    experiment = _check_complete(results, ["baseline"], "baseline")
-    assert experiment["peers"] == 1
-    assert list(experiment["hosts"]) == ["peer-01"]
-    assert experiment["network"] is None  # no bandwidth to measure for one host
-    assert experiment["storage"]["backend"] == "local"
-    summary = read_json(results / "baseline" / "summary.json")
-    assert summary["exit_reason"] == "max_steps"
-    assert summary["steps"] == FAST["max_steps"]
-
-    (root / "e2e-four").symlink_to(four_peers.results)
-    report = subprocess.run(
-        [str(BIN / "trainer"), "report", str(root), "--out", str(tmp_path / "report")],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr[-3000:]
-    breakdown = _rows(tmp_path / "report" / "breakdown.csv")
-    shares = {row["experiment_id"]: float(row["data_share"]) for row in breakdown}
-    print("\n".join(f"data-loading share of step time, {n}: {v:.1%}" for n, v in shares.items()))
-    assert set(shares) == {"e2e-four", "e2e-baseline-local"}
-    assert all(0 < share < 1 for share in shares.values()), shares
 
 
 def test_zero_on_two_peers(tmp_path):

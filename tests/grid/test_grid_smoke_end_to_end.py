@@ -2,6 +2,8 @@
 `--repeat 1 --only`: the baseline and the Hivemind run with local updates (the four-peer run of tests/e2e
 averages gradients), then `trainer report` writes every plot and table. One repeat is enough for the
 pipeline; repeats, Ctrl-C's teardown and resuming are checked with stand-in playbooks (test_grid_runner.py).
+As a user adapts a grid, the test's copy of grids/smoke.yml reads the baseline's dataset from a copy on the
+host's disk (dataset_storage=local, issue 8) while the peers read CephFS, as tests/e2e's runs do.
 The runs go to the end-to-end tests' shared cluster (tests/shared_cluster.py): when tests/e2e ran first, its
 containers are there already and the grid's runs skip most of the bring-up."""
 
@@ -48,15 +50,26 @@ def shared_inventory(directory: Path) -> Path:
     return inventory
 
 
+def smoke_with_a_local_baseline(directory: Path) -> Path:
+    """grids/smoke.yml with the baseline block reading its dataset from a local copy."""
+    grid = yaml.safe_load(SMOKE.read_text())
+    (baseline,) = [block for block in grid["blocks"] if block["name"] == "baseline"]
+    baseline["fixed"]["dataset_storage"] = "local"
+    path = directory / "smoke.yml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
 def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     results = tmp_path / "results"
+    smoke = smoke_with_a_local_baseline(tmp_path)
     only = "strategy == 'baseline' or local_updates"
-    ids = [run.experiment_id for run in select_runs(load_grid(SMOKE, repeats=1), only)]
+    ids = [run.experiment_id for run in select_runs(load_grid(smoke, repeats=1), only)]
     assert len(ids) == 2, ids
     status_file = results / "grid-smoke.status.json"
     env = environment()
     command = [
-        *(sys.executable, "-m", "trainer", "grid", str(SMOKE), "--repeat", "1", "--only", only),
+        *(sys.executable, "-m", "trainer", "grid", str(smoke), "--repeat", "1", "--only", only),
         *("--results-dir", str(results), "--inventory", str(shared_inventory(tmp_path))),
     ]
     grid = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
@@ -65,11 +78,15 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     runs = json.loads(status_file.read_text())["runs"]
     assert [runs[i]["status"] for i in ids] == ["complete"] * 2
     assert [runs[i]["attempts"] for i in ids] == [1, 1]
-    for experiment_id in ids:
-        experiment = json.loads((results / experiment_id / "experiment.json").read_text())
-        assert experiment["complete"] is True, experiment["incomplete_reason"]
-        # every run read Fashion-MNIST through CephFS (the baseline too: tests/e2e has one from a local copy)
-        assert experiment["storage"]["backend"] == "cephfs", experiment["storage"]
+    experiments = [json.loads((results / i / "experiment.json").read_text()) for i in ids]
+    assert all(e["complete"] is True for e in experiments), [e["incomplete_reason"] for e in experiments]
+    # the baseline read Fashion-MNIST from its local copy, the peers through their ceph-fuse mounts
+    assert [e["storage"]["backend"] for e in experiments] == ["local", "cephfs"], experiments
+    baseline = experiments[0]
+    assert baseline["peers"] == 1 and list(baseline["hosts"]) == ["peer-01"], baseline["hosts"]
+    assert baseline["network"] is None  # no bandwidth to measure for one host
+    summary = json.loads((results / ids[0] / "baseline" / "summary.json").read_text())
+    assert summary["exit_reason"] == "max_steps" and summary["steps"] == baseline["settings"]["max_steps"]
 
     report = trainer("report", str(results), "--out", str(tmp_path / "report"), timeout=600)
     assert report.returncode == 0, report.stderr
@@ -89,6 +106,11 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
         "loss_smallcnn_fashion-mnist_bs32_lr0.01.png",
     ):
         assert (out / name).stat().st_size > 0, name
+    # the data-loading share of the step time, from a local copy and from CephFS (issue 8)
+    with open(out / "breakdown.csv", newline="") as handle:
+        shares = {row["experiment_id"]: float(row["data_share"]) for row in csv.DictReader(handle)}
+    print("\n".join(f"data-loading share of step time, {name}: {v:.1%}" for name, v in shares.items()))
+    assert set(shares) == set(ids) and all(0 < share < 1 for share in shares.values()), shares
     with open(out / "time_to_target.csv", newline="") as handle:
         speed = list(csv.DictReader(handle))
     assert len(speed) == 1 and {row["baselines"] for row in speed} == {"1"}
