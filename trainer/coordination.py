@@ -71,6 +71,7 @@ class RunCoordinator:
         self.stop_key = f"{run_id}_stop"
         self.done_key = f"{run_id}_done"
         self.synced_key = f"{run_id}_synced"
+        self.release_key = f"{run_id}_release"  # a min_peers release, recorded by the peer that made it
         self.released_at: float | None = None  # Unix time the barrier let this peer go
         #: peers the run started with: expected_peers, or fewer when min_peers let it start without some
         self.started_with = expected_peers
@@ -100,7 +101,10 @@ class RunCoordinator:
 
         When ``timeout`` passes first: with ``min_peers`` > 0 and at least that many arrived, they start
         without the others (``self.started_with`` says how many); else raises TimeoutError naming how many
-        (and which) peers arrived.
+        (and which) peers arrived. Such a release is the run's, not this peer's alone: the first peer whose
+        timeout passes records it in the DHT, and every peer still waiting starts with it then, instead of
+        at its own timeout (the peers start a few seconds apart, the bootstrap peer first; each waiting out
+        its own timeout let the first train alone for that long).
         """
         started = time.monotonic()
         deadline = started + timeout
@@ -114,6 +118,14 @@ class RunCoordinator:
             arrived = self._entries(self.barrier_key)
             if len(arrived) >= self.expected_peers:
                 break
+            released_by = self._released_by_another() if min_peers > 0 else None
+            if released_by is not None:
+                log.warning(
+                    "start barrier released by %s without the others (min_peers %d): starting with %s",
+                    released_by["peer"], min_peers, ", ".join(released_by["peers"]),
+                )  # fmt: skip
+                arrived = {str(name): {"peer": name} for name in released_by["peers"]}
+                break
             if time.monotonic() >= deadline:
                 names = sorted(str(entry.get("peer", key)) for key, entry in _as_dicts(arrived).items())
                 if 0 < min_peers <= len(arrived):
@@ -122,6 +134,7 @@ class RunCoordinator:
                         "without the others (min_peers %d)", timeout, len(arrived), self.expected_peers,
                         ", ".join(names), min_peers,
                     )  # fmt: skip
+                    self._store(self.release_key, {"peer": self.peer_name, "peers": names})
                     break
                 raise TimeoutError(
                     f"start barrier timed out after {timeout:g}s: {len(arrived)} of {self.expected_peers} "
@@ -133,6 +146,12 @@ class RunCoordinator:
         waited = time.monotonic() - started
         log.info("start barrier released after %.2fs: %d peers arrived", waited, len(arrived))
         return waited
+
+    def _released_by_another(self) -> dict[str, Any] | None:
+        """The release another peer recorded when its timeout passed with min_peers arrived, if any."""
+        entries = _as_dicts(self._entries(self.release_key))
+        releases = [e for key, e in entries.items() if key != self.subkey and e.get("peers")]
+        return min(releases, key=lambda e: len(e["peers"])) if releases else None
 
     def wait_for_synced(self, counts_everyone: Callable[[], bool], timeout: float) -> float:
         """Announce once ``counts_everyone()`` holds, wait until every expected peer did; the seconds waited.

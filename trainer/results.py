@@ -103,7 +103,10 @@ ROUNDS_FILE = "rounds.csv"
 EVALS_FILE = "evals.csv"
 SUMMARY_FILE = "summary.json"
 MULTIADDRS_FILE = "multiaddrs.txt"
-RESULT_FILES = (CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE)
+STARTED_FILE = "started.json"  # written when the start barrier releases: what a fault agent times faults from
+RESULT_FILES = (
+    CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE, STARTED_FILE,
+)  # fmt: skip
 
 _INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"}
 _TEXT_COLUMNS = {"kind", "outcome", "error", "cause"}
@@ -213,8 +216,10 @@ class ResultsWriter:
     # ---------------------------------------------------------------- clock
 
     def start_clock(self, origin_timestamp: float) -> None:
-        """Set the Unix time ``wall_seconds`` counts from (the start barrier's release)."""
+        """Set the Unix time ``wall_seconds`` counts from (the start barrier's release) and write it to
+        started.json at once: a fault agent times its faults from it, before any step is written."""
         self._clock_origin = origin_timestamp
+        write_json_atomic(self.run_dir / STARTED_FILE, {"barrier_released_at": origin_timestamp})
 
     def wall_seconds(self, timestamp: float) -> float | None:
         return None if self._clock_origin is None else timestamp - self._clock_origin

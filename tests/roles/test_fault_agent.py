@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -40,11 +39,9 @@ def namespace():
         subprocess.run(["ip", "netns", "del", NAMESPACE], check=False)
 
 
-def _write_steps(path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["step", "timestamp", "step_seconds"])
-        writer.writerow([1, time.time(), 0.05])
+def _release_barrier(path: Path) -> None:
+    """What the trainer writes when its start barrier releases (trainer/results.py, started.json)."""
+    path.write_text(json.dumps({"barrier_released_at": time.time()}))
 
 
 @needs_root
@@ -54,15 +51,15 @@ def test_partition_and_slow_link_are_applied_then_healed(namespace, tmp_path):
         {"spec": "slow:h@2.5s+1.5s=20mbit", "kind": "slow", "at_seconds": 2.5, "duration_seconds": 1.5,
          "rate_mbit": 20.0},
     ]  # fmt: skip
-    steps, timeline = tmp_path / "steps.csv", tmp_path / "timeline.json"
+    started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
     agent = subprocess.Popen(
         ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
-         "--steps", str(steps), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
+         "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
          "--peers", "10.77.0.2,10.77.0.3", "--timeline", str(timeline), "--timeout", "30"],
     )  # fmt: skip
     try:
         time.sleep(0.3)
-        _write_steps(steps)  # the trainer's first step: the faults' clock starts
+        _release_barrier(started)  # the faults' clock starts
         time.sleep(1.2)
         routes = in_namespace("ip", "route", "show")
         assert "blackhole 10.77.0.2" in routes and "blackhole 10.77.0.3" in routes, routes
@@ -82,14 +79,15 @@ def test_partition_and_slow_link_are_applied_then_healed(namespace, tmp_path):
         assert abs(fault["healed_seconds"] - fault["applied_seconds"] - fault["duration_seconds"]) < 0.5
 
 
-def test_the_faults_wait_for_this_runs_first_step(tmp_path):
-    """An older run's steps.csv does not start the clock; a trainer that never steps skips every fault."""
-    steps, timeline = tmp_path / "steps.csv", tmp_path / "timeline.json"
-    _write_steps(steps)  # written before the agent started: an earlier run's
+def test_the_faults_wait_for_this_runs_barrier(tmp_path):
+    """An older run's started.json does not start the clock; a trainer whose barrier never releases skips
+    every fault."""
+    started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
+    _release_barrier(started)  # written before the agent started: an earlier run's
     time.sleep(0.1)
     fault = {"spec": "kill:h@1s", "kind": "kill", "at_seconds": 1.0, "duration_seconds": None}
     done = subprocess.run(
-        [sys.executable, str(AGENT), "--faults", json.dumps([fault]), "--steps", str(steps),
+        [sys.executable, str(AGENT), "--faults", json.dumps([fault]), "--started", str(started),
          "--unit", "no-such-unit.service", "--address", "127.0.0.1", "--timeline", str(timeline),
          "--timeout", "1.5"],
         capture_output=True, text=True, timeout=30, check=False,
@@ -98,4 +96,4 @@ def test_the_faults_wait_for_this_runs_first_step(tmp_path):
     recorded = json.loads(timeline.read_text())
     assert recorded["started"] is None
     assert recorded["faults"][0]["status"] == "skipped", recorded
-    assert "never took a step" in recorded["faults"][0]["detail"]
+    assert "barrier never released" in recorded["faults"][0]["detail"]

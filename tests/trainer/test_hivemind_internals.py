@@ -229,6 +229,19 @@ def test_barrier_timeout_with_min_peers_starts_with_those_that_came(dht):
     assert 0.5 <= waited < 3.0 and second.started_with == 2 and second.released_at is not None
 
 
+def test_a_min_peers_release_is_everyones(dht):
+    """The first peer whose timeout passes with min_peers arrived starts the others still waiting with it."""
+    from trainer.coordination import RunCoordinator
+
+    early = RunCoordinator(dht, "release-run", "early", expected_peers=3, poll_interval=0.1)
+    late = RunCoordinator(dht, "release-run", "late", expected_peers=3, poll_interval=0.1)
+    late.subkey = "late/other-peer"
+    late._store(late.barrier_key, {"peer": "late", "time": time.time()})
+    assert early.wait_for_peers(0.5, min_peers=2) < 3.0 and early.started_with == 2
+    waited = late.wait_for_peers(60.0, min_peers=2)  # released by early's record, not by its own timeout
+    assert waited < 5.0 and late.started_with == 2 and late.released_at is not None
+
+
 def test_barrier_releases_when_enough_peers_announced(dht):
     from trainer.coordination import RunCoordinator
 

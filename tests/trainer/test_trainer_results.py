@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from trainer.results import (
     EVAL_COLUMNS,
+    RESULT_FILES,
     ROUND_COLUMNS,
     STEP_COLUMNS,
     EvalRecord,
@@ -23,6 +26,8 @@ from trainer.results import (
     write_multiaddrs,
 )
 from trainer.stats import RunStats, percentile
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def step(number: int, timestamp: float, loss: float = 1.0, wall: float | None = None) -> StepRecord:
@@ -101,6 +106,24 @@ def test_flushes_every_few_steps_and_drops_a_torn_row(tmp_path) -> None:
     with open(tmp_path / "steps.csv", "a") as handle:
         handle.write("6,6.0,6.0,0.01,0.1")  # a row cut short by SIGKILL
     assert [row["step"] for row in read_steps(tmp_path)] == [1, 2, 3, 4]
+
+
+def test_the_barrier_release_is_written_before_any_step(tmp_path) -> None:
+    """started.json (what a fault agent times its faults from) is there as soon as the clock starts, and a
+    new run in the same directory removes an earlier run's."""
+    writer = ResultsWriter(tmp_path)
+    writer.start_clock(1_700_000_123.5)
+    assert json.loads((tmp_path / "started.json").read_text()) == {"barrier_released_at": 1_700_000_123.5}
+    assert read_steps(tmp_path) == []
+    writer.close()
+    prepare_run_dir(tmp_path, overwrite=False)
+    assert not (tmp_path / "started.json").exists()
+
+
+def test_the_playbook_fetches_every_result_file() -> None:
+    """Role trainer_service fetches a fixed list of files: every file the trainer writes must be on it."""
+    listed = yaml.safe_load((REPO / "roles" / "trainer_service" / "vars" / "main.yml").read_text())
+    assert set(RESULT_FILES) <= set(listed["_trainer_service_result_files"])
 
 
 def test_finished_run_is_refused_unless_overwrite(tmp_path) -> None:

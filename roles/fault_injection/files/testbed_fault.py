@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Runs one host's planned faults against its trainer while the experiment goes on (role fault_injection).
 
-Started in the background before the trainer; waits for the trainer's first step (the start barrier's
-release: the first row of steps.csv, minus that step's duration), then at each fault's time applies it and,
+Started in the background before the trainer; waits for the start barrier's release (the trainer writes its
+time to started.json at that moment, before its first step), then at each fault's time applies it and,
 after its duration, heals it; a fault due after the trainer ended is skipped. Writes the timeline (planned and
 actual times, Unix and from the start) to --timeline after every change, so a record survives whatever
 happens next. Standard library only: it runs with the host's python3.
@@ -15,7 +15,6 @@ to the other peers' addresses: nothing the peer sends reaches them, so no connec
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -102,17 +101,14 @@ class Host:
             subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True, check=False)
 
 
-def first_step_start(steps_csv: Path, not_before: float) -> float | None:
-    """Unix time the trainer's first step began (this run's: not before ``not_before``), None until then."""
+def barrier_release(started_json: Path, not_before: float) -> float | None:
+    """Unix time this run's start barrier released (not before ``not_before``: an earlier run's file does not
+    count), None until the trainer has written it."""
     try:
-        with steps_csv.open(newline="") as handle:
-            first = next(csv.DictReader(handle), None)
-    except OSError:
+        released = float(json.loads(started_json.read_text())["barrier_released_at"])
+    except (OSError, ValueError, KeyError, TypeError):  # not there yet, or being replaced
         return None
-    if not first:
-        return None
-    start = float(first["timestamp"]) - float(first["step_seconds"])
-    return start if float(first["timestamp"]) >= not_before else None
+    return released if released >= not_before else None
 
 
 class Timeline:
@@ -168,12 +164,12 @@ def run(args: argparse.Namespace) -> int:
             timeline.note(entry, status="failed", detail=str(exc))
     start = None
     while start is None and time.time() < deadline and not host.ended():
-        start = first_step_start(Path(args.steps), launched)
+        start = barrier_release(Path(args.started), launched)
         if start is None:
             time.sleep(POLL_SECONDS)
     if start is None:
         for entry in [f for f in timeline.document["faults"] if f["status"] == "planned"]:
-            timeline.note(entry, status="skipped", detail="the trainer never took a step")
+            timeline.note(entry, status="skipped", detail="the trainer's start barrier never released")
         return 0
     timeline.note(timeline.document, started=start)
     for entry in [f for f in timeline.document["faults"] if not f.get("before_start")]:
@@ -209,7 +205,7 @@ def heal(entry: dict, host: Host, timeline: Timeline, start: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", required=True, help="JSON list of this host's faults (validate.yml)")
-    parser.add_argument("--steps", required=True, help="the trainer's steps.csv")
+    parser.add_argument("--started", required=True, help="the trainer's started.json (the barrier's release)")
     parser.add_argument("--unit", default="testbed-trainer.service")
     parser.add_argument("--address", required=True, help="this host's cluster address (its interface)")
     parser.add_argument("--peers", default="", help="the other peers' cluster addresses, comma-separated")
