@@ -96,9 +96,13 @@ def chance(request) -> Chance:
 @pytest.fixture(scope="session")
 def local_cluster():
     """The tests' local cluster (tests/shared_cluster.py), shared by every end-to-end test of the session:
-    the node image must exist (make image); every container the tests started is removed at the end."""
+    the node image must exist (make image); every container the tests started is removed at the end, and
+    nothing of them may be left (containers, the network, host processes in their cgroups)."""
     image = shared_cluster.NODE_IMAGE
     assert shared_cluster.node_image_exists(), f"{image} is missing: run `make image` first"
     yield shared_cluster.ISOLATED_CLUSTER
+    containers = shared_cluster.container_ids()
     removed = shared_cluster.teardown()
     assert removed.returncode == 0, removed.stdout[-3000:]
+    # the teardown leaves nothing: no container, network, Ceph daemon, ceph-fuse mount or trainer process
+    assert shared_cluster.leftovers(containers) == [], removed.stdout[-3000:]
