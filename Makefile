@@ -70,13 +70,25 @@ lint: venv
 # Two passes: the tests that share nothing run on 2 workers (pytest-xdist, a file per worker); those that start
 # containers, peers or Hivemind, or time things, run one at a time. Both passes run; either failing fails.
 SERIAL_TESTS := cluster or molecule or hivemind or slow
+PARALLEL_PASS := pytest -n 2 --dist loadfile -m "not ($(SERIAL_TESTS))" tests/
+SERIAL_PASS := pytest -m "$(SERIAL_TESTS)" tests/
 pytest: setup
 	status=0; \
-	pytest -n 2 --dist loadfile -m "not ($(SERIAL_TESTS))" tests/ || status=$$?; \
-	pytest -m "$(SERIAL_TESTS)" tests/ || status=$$?; \
+	$(PARALLEL_PASS) || status=$$?; \
+	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-test: setup lint pytest
+# `make test`: the linters run beside the parallel pass (neither times anything; together they fill the two
+# cores that each alone left partly idle), their output shown once both are done; then the serial pass, with
+# nothing beside it. Any of the three failing fails.
+test: setup
+	status=0; lint_log=$$(mktemp); \
+	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
+	$(PARALLEL_PASS) || status=$$?; \
+	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
+	cat "$$lint_log"; rm -f "$$lint_log"; \
+	$(SERIAL_PASS) || status=$$?; \
+	exit $$status
 
 # The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
 test-cluster: setup
