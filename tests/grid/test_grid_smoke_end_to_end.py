@@ -4,9 +4,9 @@ averages gradients), then `trainer report` writes every plot and table. One repe
 pipeline; repeats, Ctrl-C's teardown and resuming are checked with stand-in playbooks (test_grid_runner.py).
 As a user adapts a grid, the test's copy of grids/smoke.yml reads the baseline's dataset from a copy on the
 host's disk (dataset_storage=local, issue 8) while the peers read CephFS, as tests/e2e's runs do, and forms
-its groups in 1 s instead of 2 (as tests/trainer's two-peer runs do): with smallcnn's steps of tens of
-milliseconds, Hivemind's extrapolated progress calls most of the run's steps an epoch with its own round, so
-matchmaking was most of that run's time.
+its groups in 1 s instead of 2 (as tests/trainer's two-peer runs do): with local updates, every step after
+the first epoch is an epoch with its own round (docs/hivemind-behaviour.md), so matchmaking was most of that
+run's time.
 The runs go to the end-to-end tests' shared cluster (tests/shared_cluster.py): when tests/e2e ran first, its
 containers are there already and the grid's runs skip most of the bring-up."""
 
