@@ -34,6 +34,7 @@ from benchmarks.shaped_netns import benchmark_preflight  # noqa: E402
 DEFAULT_SIZES = ",".join(str(4096 * 4**k) for k in range(8))  # 4 KB ... 64 MB
 SMALL_BYTES = 16384  # alpha is fitted from messages up to this size
 LARGE_BYTES = 1 << 20  # the achieved rate from messages from this size on
+MAX_ERROR = 1e-3  # the largest difference from the exact average that still counts as averaged
 
 
 def fit(points: list[tuple[int, float]], peers: int) -> dict[str, float | None]:
@@ -93,13 +94,25 @@ def plot(rows: list[dict[str, Any]], rate: float, path: Path) -> None:
 
 def collective_with_retry(args: argparse.Namespace, impl: str, peers: int, size: int) -> dict[str, Any]:
     """One size in its own set of processes, tried twice: Hivemind's DHT process can lose a call under load
-    (multiprocessing's resource sharer, seen once with 4 peers on 2 cores); the retry is printed."""
+    (multiprocessing's resource sharer, seen once with 4 peers on 2 cores), and a Hivemind all-reduce can come
+    back with a part not averaged (a peer's empty reply stream: docs/hivemind-behaviour.md, seen once in a
+    clean-clone CI run: 0.5 off with 2 peers). Either retry is printed; a second wrong result stays wrong."""
     work = args.out / f"{impl}-p{peers}-{size}"
     try:
-        return run_collective(impl, peers, args.rate, [size], args.rounds, work, args.timeout)
+        run = run_collective(impl, peers, args.rate, [size], args.rounds, work, args.timeout)
     except RuntimeError as error:
         print(f"[allreduce-micro] {impl}, {peers} peers, {size} B failed, once more: {str(error)[:300]}")
         return run_collective(impl, peers, args.rate, [size], args.rounds, work, args.timeout)
+    error = max_error(run)
+    if error > MAX_ERROR:
+        print(f"[allreduce-micro] {impl}, {peers} peers, {size} B: {error} off the exact result, once more")
+        return run_collective(impl, peers, args.rate, [size], args.rounds, work, args.timeout)
+    return run
+
+
+def max_error(run: dict[str, Any]) -> float:
+    """The largest difference from the exact average over a run's checked rounds (0 when none was checked)."""
+    return max((r["max_error"] for r in run["rows"] if r["max_error"] is not None), default=0.0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = median(r["allreduce_seconds"] for r in rounds)
                 matchmaking = median(r["matchmaking_seconds"] for r in rounds)
                 measured.append((size, seconds, matchmaking))
-                errors += [r["max_error"] for r in run["rows"] if r["max_error"] is not None]
+                errors.append(max_error(run))
             fitted = fit([(m, t) for m, t, _ in measured], peers)
             fits.append({"impl": impl, "peers": peers, **fitted})
             for size, seconds, matchmaking in measured:
@@ -156,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         "model_seconds": model_seconds(fitted["alpha_seconds"], peers, size, args.rate),
                     }
                 )
-            if errors and max(errors) > 1e-3:
+            if errors and max(errors) > MAX_ERROR:
                 print(f"WRONG RESULT: {impl} with {peers} peers is {max(errors)} off the exact result")
                 return 1
     with (args.out / "allreduce.csv").open("w", newline="") as handle:
