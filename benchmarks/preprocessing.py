@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.results import read_summary  # noqa: E402
+from experiment.results import read_summary  # noqa: E402
 
 STRATEGIES = ("decode", "cached")
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
-from trainer.results import COMPLETE_EXIT_REASONS, ROUND_CAUSES, read_rounds, read_summary  # noqa: E402
+from experiment.results import COMPLETE_EXIT_REASONS, ROUND_CAUSES, read_rounds, read_summary  # noqa: E402
 
 PHASES = ("first", "middle", "last2", "past")
 

@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bare_peers import free_port, start, stop_all, trainer_command, wait_all  # noqa: E402
-from trainer.results import read_summary  # noqa: E402
+from experiment.results import read_summary  # noqa: E402
 
 STRATEGIES = ("ddp", "zero")
 

@@ -18,11 +18,11 @@ import time
 
 import torch
 
+from experiment.results import ResultsWriter, StepRecord
 from trainer.config import RunConfig
 from trainer.data import build_loaders
 from trainer.loop import LoopLimits, TrainingLoop
 from trainer.models import build_model
-from trainer.results import ResultsWriter, StepRecord
 from trainer.stats import RunStats
 from trainer.strategies.baseline import BaselineStrategy
 from trainer.telemetry import Telemetry

@@ -1,28 +1,36 @@
-"""The ``trainer`` command: ``run`` (one peer or baseline), ``grid`` (many experiments), ``report`` (tables,
-plots), ``netprobe`` (link bandwidth between two hosts), ``cpuprobe`` (a host's CPU under full load),
-``dht`` (a DHT-only bootstrap node), ``imagefolder`` (a JPEG dataset to load)."""
+"""The ``trainer`` command: ``run`` (one peer or baseline), ``netprobe`` (link bandwidth between two hosts),
+``cpuprobe`` (a host's CPU under full load), ``dht`` (a DHT-only bootstrap node), ``imagefolder`` (a JPEG
+dataset to load); and the controller's ``grid`` (many experiments) and ``report`` (tables, plots), which the
+controller package adds as plugin commands (``PLUGIN_GROUP``)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from experiment.results import is_complete
 from trainer.config import ConfigError, add_arguments, config_from_namespace
-from trainer.results import is_complete
 
 # Imported only when their subcommand runs: each provides configure_parser(parser) and main(args) -> int.
 SUBCOMMAND_MODULES = {
-    "grid": ("trainer.grid.command", "run an experiment grid (resumable)"),
-    "report": ("trainer.report.command", "tables and plots from a results directory"),
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
     "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
     "dht": ("trainer.dht_node", "serve a DHT-only Hivemind node (a run's bootstrap that does not train)"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
 }
+#: commands other packages add to ``trainer`` (the controller's grid and report, pyproject.toml); each module
+#: has the same two functions and a one-line ``HELP``
+PLUGIN_GROUP = "testbed.commands"
+
+
+def _plugins() -> dict[str, str]:
+    """Command name: module, of every installed plugin command."""
+    return {entry.name: entry.value for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -50,7 +58,12 @@ def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     add_arguments(run_parser)
     requested = next((a for a in arguments if not a.startswith("-")), None)
-    for name, (module_name, help_text) in SUBCOMMAND_MODULES.items():
+    subcommands = dict(SUBCOMMAND_MODULES)
+    if requested != "run":  # a plugin's help line costs an import: only where it may be shown
+        for name, module_name in _plugins().items():
+            shown = requested not in SUBCOMMAND_MODULES
+            subcommands[name] = (module_name, _load(module_name).HELP if shown else None)
+    for name, (module_name, help_text) in subcommands.items():
         sub = commands.add_parser(name, help=help_text)
         sub.set_defaults(_module=module_name)
         if requested == name:

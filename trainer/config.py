@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 # the allowed values, from the experiment's one definition
-from trainer.variables import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
+from experiment.variables import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
 
 DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiment.results import write_json_atomic, write_multiaddrs
 from trainer.config import ConfigError, check_multiaddr
-from trainer.results import write_json_atomic, write_multiaddrs
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.results import PARTIAL_ERROR
+from experiment.results import PARTIAL_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ class RoundTiming:
     allreduce_seconds: float | None
     blocking_seconds: float | None
     error: str | None
-    cause: str | None = None  # derived from the others when None (trainer.results.failure_cause)
+    cause: str | None = None  # derived from the others when None (experiment.results.failure_cause)
 
 
 @dataclass

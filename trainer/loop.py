@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from experiment.results import EvalRecord, StepRecord
 from trainer.memory import rss_bytes
-from trainer.results import EvalRecord, StepRecord
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-    from trainer.results import ResultsWriter
+    from experiment.results import ResultsWriter
     from trainer.shutdown import StopSignals
     from trainer.stats import RunStats
     from trainer.strategies.base import Strategy

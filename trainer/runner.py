@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
+from experiment.results import ResultsWriter, RoundRecord, prepare_run_dir
 from trainer import cpu_usage, memory
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
 from trainer.loop import LoopLimits, TrainingLoop, evaluate_at_end
 from trainer.models import build_model
-from trainer.results import ResultsWriter, RoundRecord, prepare_run_dir
 from trainer.shutdown import StopRequested, StopSignals
 from trainer.stats import RunStats
 from trainer.strategies import get_strategy

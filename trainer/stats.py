@@ -7,23 +7,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.results import COMPLETE_EXIT_REASONS, COMPONENTS, RoundRecord, StepRecord
-
-LOSS_WINDOW = 10
-
-
-def percentile(values: list[float], fraction: float) -> float | None:
-    """Linear-interpolated percentile (``fraction`` in 0..1) of ``values``; None when empty.
-
-    >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5)
-    2.5
-    """
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * fraction
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+from experiment.results import (
+    COMPLETE_EXIT_REASONS,
+    COMPONENTS,
+    LOSS_WINDOW,
+    RoundRecord,
+    StepRecord,
+    percentile,
+)
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from experiment.results import ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
 from trainer.memory import MEMORY_KINDS
-from trainer.results import ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

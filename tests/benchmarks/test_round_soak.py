@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import round_soak  # noqa: E402
-from trainer.results import ROUND_CAUSES, ResultsWriter, RoundRecord  # noqa: E402
+from experiment.results import ROUND_CAUSES, ResultsWriter, RoundRecord  # noqa: E402
 
 
 def test_docstring_examples():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.grid.expr import ExpressionError, compile_expression, evaluate
+from controller.grid.expr import ExpressionError, compile_expression, evaluate
 
 
 @pytest.mark.parametrize(

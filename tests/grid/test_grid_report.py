@@ -13,8 +13,11 @@ import pytest
 from grid_support import RUN_SETTINGS as SETTINGS
 from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
-from trainer.report.command import parse_bandwidth
-from trainer.report.metrics import bandwidth_bound, model_bytes
+from controller.report.command import parse_bandwidth
+from controller.report.metrics import bandwidth_bound
+from experiment.results import read_summary
+from trainer import memory
+from trainer.models import build_model
 
 TABLES = ("experiments", "time_to_target", "breakdown", "averaging", "effects")
 PLOTS = (
@@ -107,7 +110,8 @@ def test_default_target_is_the_baselines_worst_final_loss(baseline_results, tmp_
 
 
 def test_bandwidth_bound_and_model_size():
-    assert model_bytes("resnet18") == 4 * 11_181_642  # torchvision ResNet18 with 10 classes
+    # M as the trainer measures it (summary.json memory.parameter_bytes): torchvision ResNet18, 10 classes
+    assert memory.model_bytes(build_model("resnet18"))["parameters"] == 4 * 11_181_642
     # the study's numbers: 46.8 MB at 1 Gbit/s → 0.37 s for 2 peers, 0.65 s for 8
     assert bandwidth_bound(2, 46.8e6, parse_bandwidth("1Gbit")) == pytest.approx(0.374, abs=0.001)
     assert bandwidth_bound(8, 46.8e6, parse_bandwidth("1Gbit")) == pytest.approx(0.655, abs=0.001)
@@ -162,7 +166,9 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
     assert gradients, "the Hivemind run should have averaged gradients"
     row = next(r for r in read_csv(out / "averaging.csv") if r["kind"] == "gradients")
     assert float(row["allreduce_median_s"]) == pytest.approx(statistics.median(gradients))
-    bound = 2 * (2 - 1) / 2 * model_bytes("smallcnn") / 1.25e8
+    measured = read_summary(hivemind / "peer-01")["memory"]["parameter_bytes"]
+    assert measured == 4 * sum(p.numel() for p in build_model("smallcnn").parameters())
+    bound = 2 * (2 - 1) / 2 * measured / 1.25e8
     assert float(row["lower_bound_s"]) == pytest.approx(bound)
 
     # speedup and scaling efficiency against the two matching baselines
@@ -209,7 +215,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
 
 def test_results_without_experiment_json_are_read_from_config_json(baseline_results, tmp_path):
     """Plain `trainer run` results (no playbook) are reported with the settings the trainer recorded."""
-    from trainer.report.data import load_experiments
+    from controller.report.data import load_experiments
 
     shutil.copytree(baseline_results / "base-lr0p002-r1" / "baseline", tmp_path / "plain" / "baseline")
     (tmp_path / "not-a-run").mkdir()
@@ -221,7 +227,7 @@ def test_results_without_experiment_json_are_read_from_config_json(baseline_resu
 
 def test_report_counts_failed_rounds_by_cause(tmp_path):
     """experiments.csv counts each experiment's failed rounds per cause (rounds.csv `cause`)."""
-    from trainer.results import ResultsWriter, RoundRecord, StepRecord
+    from experiment.results import ResultsWriter, RoundRecord, StepRecord
 
     results = tmp_path / "results" / "hm-causes"
     for peer in ("peer-01", "peer-02"):

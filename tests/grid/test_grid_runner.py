@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grid_support import REPO, STAND_IN, trainer, write_experiment_json
 
-from trainer.grid.spec import load_grid
+from controller.grid.spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
 SMOKE_IDS = [run.experiment_id for run in load_grid(SMOKE).runs]

@@ -24,8 +24,8 @@ import yaml
 from grid_support import REPO, trainer
 from shared_cluster import ISOLATED_CLUSTER, environment
 
-from trainer.grid.command import select_runs
-from trainer.grid.spec import load_grid
+from controller.grid.command import select_runs
+from controller.grid.spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
 PLAYBOOKS = REPO / "playbooks"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from grid_support import REPO, trainer
 
+from controller.grid.spec import GridError, experiment_id, load_grid, parse_grid
 from trainer.config import _SAFE_ID
-from trainer.grid.spec import GridError, experiment_id, load_grid, parse_grid
 
 THESIS = REPO / "grids" / "thesis.yml"
 SMOKE = REPO / "grids" / "smoke.yml"

@@ -1,26 +1,12 @@
 """The grid refuses what the experiment playbook's validation refuses (both take their variables from
-trainer/variables.py; tests/trainer/test_variables.py)."""
+experiment/variables.py; tests/controller/test_variables.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from grid_support import REPO
 
-from trainer.grid.vars import VarError, check_var
-
-PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
-
-
-@pytest.fixture(scope="module")
-def playbook_rules():
-    if not PLUGIN.exists():
-        pytest.skip("the experiment playbook's validation is not there")
-    spec = importlib.util.spec_from_file_location("testbed_experiment", PLUGIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from controller import plan as playbook_rules
+from controller.grid.vars import VarError, check_var
 
 
 @pytest.mark.parametrize(
@@ -39,7 +25,7 @@ def playbook_rules():
         ("data_workers", True),
     ],
 )
-def test_values_the_playbook_refuses_are_refused(playbook_rules, name, value):
+def test_values_the_playbook_refuses_are_refused(name, value):
     with pytest.raises(VarError):
         check_var(name, value)
     kind = playbook_rules.VARIABLES[name][0]
@@ -59,7 +45,7 @@ def test_values_the_playbook_refuses_are_refused(playbook_rules, name, value):
         ("dataset", "fashion-mnist", "fashion-mnist"),
     ],
 )
-def test_values_the_playbook_accepts_are_accepted(playbook_rules, name, value, normalised):
+def test_values_the_playbook_accepts_are_accepted(name, value, normalised):
     assert check_var(name, value) == normalised
     kind = playbook_rules.VARIABLES[name][0]
     assert playbook_rules._parse(name, kind, normalised) == normalised

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report.analysis import analyse
-from trainer.report.data import Experiment, PeerRun
+from controller.report.analysis import analyse
+from controller.report.data import Experiment, PeerRun
 
 
 def _steps(data: float, compute: float, averaging: float, count: int = 16, per_epoch: int = 4) -> list[dict]:
@@ -134,21 +134,21 @@ def test_evidence_gives_the_shares(diagnosis):
 
 def test_prediction_against_a_hand_computation():
     # baseline: 64 samples/s; 2 peers, batch 32, TBS 256: 4 steps per epoch of 0.2 s without averaging;
-    # matchmaking 1 s, M = smallcnn's bytes, B = 1e6 B/s
-    from trainer.report.metrics import model_bytes
-
+    # matchmaking 1 s, M = 400 kB (as the peers measured), B = 1e6 B/s
     baseline = Experiment(
         "base", Path("base"),
         {"strategy": "baseline", "peers": 1, "model": "smallcnn", "dataset": "synthetic", "batch_size": 32,
          "learning_rate": 0.01},
         True, [PeerRun("baseline", _steps(0.0, 0.5, 0.0), [], True)],
     )  # fmt: skip
+    m = 400_000  # the parameter bytes the peers' trainers measured
     peers = [_peer(f"peer-0{i}", 0.0, 0.2, 0.5, 0.3) for i in (1, 2)]
+    for peer in peers:
+        peer.summary = {"memory": {"parameter_bytes": m}}
     hivemind = _run("hm", peers, matchmaking_time=1.0)
     hivemind.bandwidth_bytes_per_second = 1e6
     analysis = analyse([baseline, hivemind], target_loss=None, bandwidth=None)
     (row,) = analysis.tables["prediction"].rows
-    m = model_bytes("smallcnn")
     compute = 256 / (2 * 32) * 0.2
     communicate = 1.0 + 2 * (2 - 1) / 2 * m / 1e6
     assert row["compute_s"] == pytest.approx(compute)
@@ -164,7 +164,7 @@ def test_prediction_against_a_hand_computation():
 def test_the_preprocessing_table_compares_data_pipelines_per_model():
     """Issue 14: each baseline on an image folder with its preprocessing and workers, its data-loading share,
     and the factor between the slowest and the fastest pipeline of one model; other runs stay out."""
-    from trainer.report.analysis import preprocessing_factors
+    from controller.report.analysis import preprocessing_factors
 
     def baseline(name: str, data: float, preprocessing: str, workers: int) -> Experiment:
         peer = PeerRun("baseline", _steps(data, 0.010, 0.0), [], True)
@@ -193,3 +193,15 @@ def test_the_preprocessing_table_compares_data_pipelines_per_model():
     assert line.startswith(
         f"smallcnn on imagefolder: {0.040 / 0.0105:.2f}x between the slowest (decode, 0 workers)"
     )
+
+
+def test_model_size_is_what_the_trainers_measured():
+    """M per model: the largest parameter_bytes any peer's summary.json holds; none measured, none known."""
+    from controller.report.metrics import model_bytes
+
+    sharded = [_peer(f"peer-0{i}", 0.0, 0.2, 0.5, 0.3) for i in (1, 2)]
+    sharded[0].summary = {"memory": {"parameter_bytes": 300}}
+    sharded[1].summary = {"memory": {"parameter_bytes": 500}}
+    unmeasured = [_peer("peer-01", 0.0, 0.2, 0.5, 0.3)]  # e.g. a run stopped before its loop ended
+    experiments = [_run("a", sharded), _run("b", unmeasured, model="resnet18")]
+    assert model_bytes(experiments) == {"smallcnn": 500}

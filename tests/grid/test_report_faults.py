@@ -1,11 +1,11 @@
-"""The report's fault costs (trainer/report/faults.py) on hand-made rounds and steps with known answers."""
+"""The report's fault costs (controller/report/faults.py) on hand-made rounds and steps with known answers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.report.data import Experiment, PeerRun
-from trainer.report.faults import fault_row, fault_windows
+from controller.report.data import Experiment, PeerRun
+from controller.report.faults import fault_row, fault_windows
 
 T0 = 1_000.0  # Unix time of the first step
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report.analysis import analyse
-from trainer.report.command import write_report
-from trainer.report.data import Experiment, PeerRun
+from controller.report.analysis import analyse
+from controller.report.command import write_report
+from controller.report.data import Experiment, PeerRun
 
 
 def _steps(compute: float, averaging: float, count: int = 20) -> list[dict]:

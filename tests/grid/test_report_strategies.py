@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report.analysis import analyse
-from trainer.report.data import Experiment, PeerRun
+from controller.report.analysis import analyse
+from controller.report.data import Experiment, PeerRun
 
 
 def _steps(step_seconds: float, averaging: float, count: int = 10) -> list[dict]:
@@ -67,7 +67,7 @@ def test_report_draws_every_strategy(tmp_path):
         _experiment("ddp-2", "ddp", 2, 0.125, 0.025, 4000),
         _experiment("zero-2", "zero", 2, 0.16, 0.06, 2000),
     ]
-    from trainer.report.command import write_report
+    from controller.report.command import write_report
 
     report = write_report(analyse(experiments, target_loss=None, bandwidth=None), tmp_path, tmp_path)
     assert "`strategies.csv`" in report.read_text()

@@ -40,7 +40,7 @@ def namespace():
 
 
 def _release_barrier(path: Path) -> None:
-    """What the trainer writes when its start barrier releases (trainer/results.py, started.json)."""
+    """What the trainer writes when its start barrier releases (experiment/results.py, started.json)."""
     path.write_text(json.dumps({"barrier_released_at": time.time()}))
 
 

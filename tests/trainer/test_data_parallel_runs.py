@@ -13,7 +13,7 @@ from statistics import mean
 import pytest
 from trainer_testing import REPO, trainer_command, trainer_env
 
-from trainer.results import read_rounds, read_steps, read_summary
+from experiment.results import read_rounds, read_steps, read_summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

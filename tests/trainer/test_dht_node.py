@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from experiment.results import MULTIADDRS_FILE
 from trainer import dht_node
-from trainer.results import MULTIADDRS_FILE
 
 DHT_COMMAND = [sys.executable, "-m", "trainer", "dht"]
 

@@ -18,7 +18,7 @@ from statistics import median
 import pytest
 from trainer_testing import REPO, trainer_command, trainer_env
 
-from trainer.results import read_rounds, read_steps, read_summary
+from experiment.results import read_rounds, read_steps, read_summary
 
 pytestmark = [pytest.mark.hivemind, pytest.mark.slow, pytest.mark.cluster]
 

@@ -9,17 +9,14 @@ import pytest
 
 MODULES = [
     "trainer.config",
-    "trainer.results",
+    "experiment.results",
     "trainer.telemetry",
-    "trainer.stats",
     "trainer.models",
     "trainer.data",
     "trainer.shutdown",
     "trainer.strategies.baseline",
     "trainer.strategies.hivemind",
     "trainer.cpu_usage",
-    "trainer.report.analysis",
-    "trainer.report.diagnosis",
     "trainer.imagefolder",
     "trainer.cpuprobe",
 ]

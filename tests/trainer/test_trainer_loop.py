@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from experiment.results import ResultsWriter, read_evals, read_steps
 from trainer.data import SyntheticImages
 from trainer.loop import LoopLimits, TrainingLoop
-from trainer.results import ResultsWriter, read_evals, read_steps
 from trainer.shutdown import StopSignals
 from trainer.stats import RunStats
 from trainer.strategies.base import StepOutcome

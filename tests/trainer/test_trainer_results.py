@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.results import (
+from experiment.results import (
     EVAL_COLUMNS,
     RESULT_FILES,
     ROUND_COLUMNS,
@@ -18,6 +18,7 @@ from trainer.results import (
     RoundRecord,
     StepRecord,
     is_complete,
+    percentile,
     prepare_run_dir,
     read_evals,
     read_rounds,
@@ -25,7 +26,7 @@ from trainer.results import (
     read_summary,
     write_multiaddrs,
 )
-from trainer.stats import RunStats, percentile
+from trainer.stats import RunStats
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from test_trainer_data import make_fashion_mnist
 from test_trainer_telemetry import check_exposition
 from trainer_testing import REPO, output_of, small_run_args, trainer_command, trainer_env, wait_for
 
-from trainer.results import (
+from experiment.results import (
     ROUND_COLUMNS,
     STEP_COLUMNS,
     is_complete,

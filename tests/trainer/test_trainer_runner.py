@@ -7,8 +7,8 @@ import time
 import pytest
 
 import trainer.runner as runner
+from experiment.results import is_complete, read_config, read_steps, read_summary
 from trainer.config import RunConfig
-from trainer.results import is_complete, read_config, read_steps, read_summary
 from trainer.strategies.baseline import BaselineStrategy
 
 

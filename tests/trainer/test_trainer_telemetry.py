@@ -7,8 +7,8 @@ import urllib.request
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from experiment.results import RoundRecord, StepRecord
 from trainer.config import RunConfig
-from trainer.results import RoundRecord, StepRecord
 from trainer.telemetry import BASE_LABELS, BUCKETS, EXTRA_LABELS, METRICS, Telemetry
 
 DOCUMENTED = {

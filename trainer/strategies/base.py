@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from experiment.results import RoundRecord
     from trainer.config import RunConfig
-    from trainer.results import RoundRecord
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.results import RoundRecord
+from experiment.results import RoundRecord
 from trainer.strategies.base import StepOutcome
 from trainer.strategies.baseline import build_optimizer, optimizer_spec, parameters_fingerprint
 

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from experiment.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
 from trainer.hivemind_rounds import RoundCollector, averager_classes, check_internals
-from trainer.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
 from trainer.strategies.base import StepOutcome
 from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
 

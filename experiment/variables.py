@@ -1,10 +1,10 @@
 """The experiment's variables, defined once: name, kind, default and meaning of each.
 
 Everything else is derived from ``VARIABLES``: the experiment playbook's validation
-(``playbooks/filter_plugins/testbed_experiment.py``), the grid runner's checks (``trainer/grid/vars.py``), the
+(``controller/plan.py``), the grid runner's checks (``controller/grid/vars.py``), the
 settings handed to the trainer (``TRAINER_FIELDS``, ``HIVEMIND_FIELDS``, ``DATA_PARALLEL_FIELDS``: each maps
 onto the trainer flag of the same name) and the table in ``docs/architecture.md`` (``python -m
-trainer.variables --write-docs``; a test fails when it is stale). Adding a variable is one entry here, plus
+experiment.variables --write-docs``; a test fails when it is stale). Adding a variable is one entry here, plus
 the code that uses it.
 
 Kinds: ``int`` (>= 1), ``int0`` (>= 0), ``float`` (> 0), ``float0`` (>= 0), ``bool``, ``str``, or a tuple of
@@ -182,7 +182,7 @@ def docs_with_table(text: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="The experiment's variables (trainer/variables.py).")
+    parser = argparse.ArgumentParser(description="The experiment's variables (experiment/variables.py).")
     parser.add_argument("--write-docs", action="store_true", help="rewrite the table in docs/architecture.md")
     args = parser.parse_args()
     if args.write_docs:

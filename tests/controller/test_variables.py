@@ -1,4 +1,4 @@
-"""The experiment's variables are defined once (trainer/variables.py) and every user derives from it."""
+"""The experiment's variables are defined once (experiment/variables.py) and every user derives from it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from trainer import variables
+from experiment import variables
 from trainer.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = REPO / "playbooks" / "filter_plugins" / "testbed_experiment.py"
-GRID_VARS = REPO / "trainer" / "grid" / "vars.py"
+PLAN = REPO / "controller" / "plan.py"
+GRID_VARS = REPO / "controller" / "grid" / "vars.py"
+NAMES = REPO / "controller" / "names.py"
 INVENTORY = {
     "peers": ["peer-01", "peer-02"],
     "local": True,
@@ -25,7 +26,7 @@ INVENTORY = {
 
 
 def _fresh(path: Path, name: str) -> types.ModuleType:
-    """``path`` imported anew (under ``name``), with whatever trainer.variables is in sys.modules now."""
+    """``path`` imported anew (under ``name``), with whatever experiment.variables is in sys.modules now."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -34,7 +35,7 @@ def _fresh(path: Path, name: str) -> types.ModuleType:
 
 def test_the_docs_table_is_generated_from_the_definition():
     text = variables.DOCS.read_text()
-    regenerate = ".venv/bin/python -m trainer.variables --write-docs"
+    regenerate = ".venv/bin/python -m experiment.variables --write-docs"
     assert variables.docs_with_table(text) == text, f"docs/architecture.md's table is stale: run {regenerate}"
 
 
@@ -57,18 +58,20 @@ def test_names_are_unique_and_kinds_known():
 
 def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):
     """One new entry (here a DiLoCo-like `sync_every`) and nothing else: the playbook's validation checks it
-    and hands it to Hivemind peers, the grid accepts and checks it, and the docs table is stale until
-    regenerated."""
+    and hands it to Hivemind peers, the grid accepts and checks it, the typo check knows it, and the docs
+    table is stale until regenerated."""
     source = Path(variables.__file__).read_text()
     entry = 'Variable("sync_every", "int", 4, "inner steps between outer steps", (HIVEMIND,))'
     added = source.replace("\nBY_NAME", f"\nVARIABLES = (*VARIABLES, {entry})\nBY_NAME", 1)
     assert added != source
-    definition = types.ModuleType("trainer.variables")
+    definition = types.ModuleType("experiment.variables")
     definition.__file__ = variables.__file__
     exec(compile(added, variables.__file__, "exec"), definition.__dict__)  # noqa: S102 - our own source
-    monkeypatch.setitem(sys.modules, "trainer.variables", definition)
 
-    playbook = _fresh(PLUGIN, "testbed_experiment_with_sync_every")
+    before = _fresh(NAMES, "names_before_sync_every")
+    monkeypatch.setitem(sys.modules, "experiment.variables", definition)
+
+    playbook = _fresh(PLAN, "plan_with_sync_every")
     assert "sync_every" in playbook.testbed_variable_names()
     refused = playbook.testbed_experiment({"peers": "2", "sync_every": "0"}, INVENTORY)
     assert "sync_every must be >= 1 (got 0)" in refused["errors"]
@@ -82,6 +85,10 @@ def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):
     with pytest.raises(grid.VarError):
         grid.check_var("sync_every", 0)
     assert "sync_every" in grid.PLAYBOOK_VARS
+
+    (refused_name,) = before.testbed_unknown_variables(["sync_every"])
+    assert refused_name.startswith("unknown variable 'sync_every'")
+    assert _fresh(NAMES, "names_with_sync_every").testbed_unknown_variables(["sync_every"]) == []
 
     docs = variables.DOCS.read_text()
     assert "`sync_every`" in definition.docs_with_table(docs) and "`sync_every`" not in docs

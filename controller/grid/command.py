@@ -1,4 +1,4 @@
-"""``trainer grid FILE``: list or run every experiment of a grid file (format: trainer/grid/spec.py).
+"""``trainer grid FILE``: list or run every experiment of a grid file (format: controller/grid/spec.py).
 
 trainer grid grids/thesis.yml --dry-run            # every run, its settings and id, and the totals
 trainer grid grids/smoke.yml                       # run them (skipping complete ones), one after another
@@ -14,16 +14,19 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from trainer.grid.expr import ExpressionError, compile_expression, evaluate
-from trainer.grid.spec import Grid, GridError, Run, load_grid
-from trainer.grid.status import experiment_complete
-from trainer.grid.vars import PLAYBOOK_VARS
+from controller.grid.expr import ExpressionError, compile_expression, evaluate
+from controller.grid.spec import Grid, GridError, Run, load_grid
+from controller.grid.status import experiment_complete
+from controller.grid.vars import PLAYBOOK_VARS
 
 # The repository holding playbooks/ (an editable install); else the working directory.
 _PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 REPO_ROOT = _PACKAGE_PARENT if (_PACKAGE_PARENT / "playbooks").is_dir() else Path.cwd()
 PLAYBOOK_DEFAULT_PEERS = 8  # docs/architecture.md "Experiment playbook variables"
 
+
+#: the line ``trainer --help`` shows for this command
+HELP = "run an experiment grid (resumable)"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -162,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
     if not runs:
         print(f"grid {grid.name}: no run matches --only {args.only!r}")
         return 0
-    from trainer.grid.runner import GridRunner, Playbooks
+    from controller.grid.runner import GridRunner, Playbooks
 
     playbooks = Playbooks(
         playbook_dir=args.playbook_dir.resolve(),

@@ -1,4 +1,4 @@
-"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (trainer/report/analysis.py)."""
+"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (report/analysis.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from trainer.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
-from trainer.report.faults import fault_windows  # noqa: E402
-from trainer.report.metrics import bandwidth_bound  # noqa: E402
+from controller.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
+from controller.report.faults import fault_windows  # noqa: E402
+from controller.report.metrics import bandwidth_bound  # noqa: E402
 
 STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452", "ddp": "#4c72b0", "zero": "#8172b2"}
 PART_COLOURS = {

@@ -1,6 +1,6 @@
 """The experiment playbook's variables as the grid runner checks them before any run starts.
 
-The variables, their kinds and their order come from their one definition (trainer/variables.py), which the
+The variables, their kinds and their order come from their one definition (experiment/variables.py), which the
 playbook's validation uses too: a grid that passes here is not refused by the playbook for its values. Each
 check returns the normalised value (ints for counts, floats for rates, bools for flags) so that equal settings
 always hash to the same experiment id.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.variables import VARIABLES
+from experiment.variables import VARIABLES
 
 #: variables the grid runner sets itself (id from the settings and repeat, force for retries, results_root
 #: from --results-dir); a grid file must not set them

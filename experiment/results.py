@@ -97,6 +97,25 @@ ROUND_OUTCOMES = ("ok", "failed", "timeout")
 EXIT_REASONS = ("max_steps", "target_loss", "collective_finish", "signal", "start_timeout", "error")
 COMPLETE_EXIT_REASONS = ("max_steps", "target_loss", "collective_finish")
 
+# How summary.json's statistics are computed (trainer/stats.py); the report computes its own the same way.
+#: steps in the smoothed training loss (summary.json's final_loss, best_loss, time to target)
+LOSS_WINDOW = 10
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Linear-interpolated percentile (``fraction`` in 0..1) of ``values``; None when empty.
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5)
+    2.5
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * fraction
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
 CONFIG_FILE = "config.json"
 STEPS_FILE = "steps.csv"
 ROUNDS_FILE = "rounds.csv"

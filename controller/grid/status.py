@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.grid.spec import Grid, Run
+from controller.grid.spec import Grid, Run
 
 #: states a run can be in, as recorded in the status file
 STATES = ("pending", "running", "complete", "failed", "interrupted", "skipped")

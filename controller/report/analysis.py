@@ -1,4 +1,4 @@
-"""Build the report's tables from loaded experiments (definitions: trainer/report/metrics.py)."""
+"""Build the report's tables from loaded experiments (definitions: controller/report/metrics.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.report.data import Experiment
-from trainer.report.diagnosis import diagnosis_table, prediction_table
-from trainer.report.faults import faults_table
-from trainer.report.metrics import (
+from controller.report.data import Experiment
+from controller.report.diagnosis import diagnosis_table, prediction_table
+from controller.report.faults import faults_table
+from controller.report.metrics import (
     Table,
     bandwidth_bound,
     default_targets,
@@ -23,8 +23,7 @@ from trainer.report.metrics import (
     total,
     wall_seconds,
 )
-from trainer.results import ROUND_CAUSES
-from trainer.stats import percentile
+from experiment.results import ROUND_CAUSES, percentile
 
 BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
 EPOCH_PHASE_PARTS = ("step", "data", "compute", "optimizer", "averaging")  # steps.csv's <part>_seconds
@@ -51,8 +50,7 @@ def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwid
     curves = {e.experiment_id: loss_curve(e) for e in experiments}
     group_targets = default_targets(experiments, curves)
     targets = {e.experiment_id: target_for(e, group_targets, target_loss) for e in experiments}
-    models = {str(e.settings.get("model")) for e in experiments if e.settings.get("model")}
-    analysis = Analysis(experiments, curves, targets, {m: model_bytes(m) for m in sorted(models)}, bandwidth)
+    analysis = Analysis(experiments, curves, targets, model_bytes(experiments), bandwidth)
     rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)

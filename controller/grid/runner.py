@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.grid.spec import Grid, Run
-from trainer.grid.status import GridStatus, experiment_complete, read_experiment
+from controller.grid.spec import Grid, Run
+from controller.grid.status import GridStatus, experiment_complete, read_experiment
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ A grid file (YAML) holds::
         axes: {var: [value, ...]}
         derived: {var: expression}
 
-Every `var` is an experiment playbook variable (trainer/grid/vars.py). A run's settings are the shared fixed
-values, overridden by the block's fixed values and one combination of its axes; then the shared derived
+Every `var` is an experiment playbook variable (controller/grid/vars.py). A run's settings are the shared
+fixed values, overridden by the block's fixed values and one combination of its axes; then the shared derived
 values (for keys the block does not set) and the block's derived values are evaluated in file order.
-Expressions (trainer/grid/expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
+Expressions (controller/grid/expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
 whose strategy is ``baseline`` are the baselines the report compares the others with.
 
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
-from trainer.grid.expr import Expression, ExpressionError, compile_expression, evaluate
-from trainer.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
+from controller.grid.expr import Expression, ExpressionError, compile_expression, evaluate
+from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
 
 TOP_KEYS = ("name", "description", "constants", "fixed", "derived", "blocks")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.report.data import Experiment
-from trainer.report.metrics import Table
+from controller.report.data import Experiment
+from controller.report.metrics import Table
 
 APPLIED = ("applied", "healed")
 COLUMNS = (

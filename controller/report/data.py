@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.grid.status import is_true
-from trainer.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps, read_summary
+from controller.grid.status import is_true
+from experiment.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps, read_summary
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
 SETTING_KEYS = (
@@ -39,7 +39,7 @@ SETTING_KEYS = (
 
 @dataclass
 class PeerRun:
-    """One peer's raw rows (dicts keyed by trainer.results' column names)."""
+    """One peer's raw rows (dicts keyed by experiment.results' column names)."""
 
     name: str
     steps: list[dict[str, Any]]

@@ -6,7 +6,7 @@ target loss with speedup and scaling efficiency, the step-time breakdown, each p
 waited for whom, averaging time per round against the bandwidth lower bound, the effects of TBS, local
 updates, peers, batch size and LR with every experiment shown, and for runs on shaped links the averaging
 share against the link rate. Every number is computed from the raw steps.csv / rounds.csv
-(trainer/report/metrics.py states the definitions).
+(controller/report/metrics.py states the definitions).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.report.analysis import Analysis, analyse, preprocessing_factors
-from trainer.report.data import load_experiments
-from trainer.report.metrics import __doc__ as DEFINITIONS
+from controller.report.analysis import Analysis, analyse, preprocessing_factors
+from controller.report.data import load_experiments
+from controller.report.metrics import __doc__ as DEFINITIONS
 
 _BANDWIDTH = re.compile(
     r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$"
@@ -41,6 +41,9 @@ def parse_bandwidth(text: str) -> float:
     value = float(match[1]) * _PREFIX[match[2]]
     return value / 8 if match[3] in ("bit", "b") else value
 
+
+#: the line ``trainer --help`` shows for this command
+HELP = "tables and plots from a results directory"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = "Tables and plots (report.md, PNG, CSV) from a results directory."
@@ -84,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
 
 def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     """Write every CSV and PNG and report.md into `out`; return report.md's path."""
-    from trainer.report import plots as report_plots
+    from controller.report import plots as report_plots
 
     for table in analysis.tables.values():
         table.write_csv(out)
@@ -118,7 +121,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _definitions(),
         "",
-        f"Model sizes M (parameters × 4 bytes, from trainer/models.py): {model_sizes or 'none'}.",
+        "Model sizes M (the parameter bytes the trainer measured, summary.json memory.parameter_bytes): "
+        f"{model_sizes or 'none'}.",
         "",
         "## Loss over wall time (baseline vs Hivemind, same batch size and LR)",
         "",

@@ -1,5 +1,5 @@
 """What bounds each run, with the evidence and the knob that would move it, and a granularity model that
-predicts the collaborative speedup (issue #14; definitions in trainer/report/metrics.py).
+predicts the collaborative speedup (issue #14; definitions in controller/report/metrics.py).
 
 Bounds: ``data`` (waiting for batches), ``compute`` (forward and backward), ``communication`` (the all-reduce
 itself), ``coordination`` (a step waiting for averaging beyond its all-reduce: matchmaking, peers that are
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer.report.metrics import Table, bandwidth_bound, median, total
+from controller.report.metrics import Table, bandwidth_bound, median, total
 
 if TYPE_CHECKING:
-    from trainer.report.analysis import Analysis
-    from trainer.report.data import Experiment
+    from controller.report.analysis import Analysis
+    from controller.report.data import Experiment
 
 #: a straggler: the last to arrive at this share of the epoch ends while every other peer spends this share of
 #: its wall time waiting for it, or a peer below this fraction of the others' median samples/s
@@ -48,7 +48,7 @@ def split_averaging(e: Experiment) -> tuple[float, float]:
     all-reduces (matchmaking, absent peers, failed rounds) is coordination. For DDP/ZeRO all of it is
     all-reduce.
 
-    >>> from trainer.report.data import Experiment, PeerRun
+    >>> from controller.report.data import Experiment, PeerRun
     >>> steps = [{"averaging_seconds": 3.0}]
     >>> rounds = [{"outcome": "ok", "allreduce_seconds": 1.0, "blocking_seconds": 2.5}]
     >>> run = Experiment("x", None, {"strategy": "hivemind"}, True, [PeerRun("p", steps, rounds, True)])

@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.report.data import Experiment
-from trainer.stats import LOSS_WINDOW
+from controller.report.data import Experiment
+from experiment.results import LOSS_WINDOW
 
 
 @dataclass
@@ -174,8 +174,15 @@ def target_for(
     return given if given is not None else targets.get(experiment.comparison_key())
 
 
-def model_bytes(model: str) -> int:
-    """Parameters of the model as the trainer builds it (trainer/models.py), × 4 bytes (fp32)."""
-    from trainer.models import build_model
-
-    return 4 * sum(parameter.numel() for parameter in build_model(model).parameters())
+def model_bytes(experiments: Iterable[Experiment]) -> dict[str, int]:
+    """Per model: its parameters in bytes as the trainer measured them (summary.json ``memory.parameter_bytes``,
+    the largest of any peer: a sharding strategy's ranks hold less). Models no finished peer measured are
+    left out; their bandwidth bound is then unknown."""
+    sizes: dict[str, int] = {}
+    for experiment in experiments:
+        model = experiment.settings.get("model")
+        for peer in experiment.peers:
+            measured = (peer.summary.get("memory") or {}).get("parameter_bytes")
+            if model and isinstance(measured, int) and measured > 0:
+                sizes[str(model)] = max(sizes.get(str(model), 0), measured)
+    return dict(sorted(sizes.items()))

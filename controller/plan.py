@@ -1,0 +1,302 @@
+"""Validation and planning of one experiment (playbooks/validate.yml).
+
+Every playbook variable and the inventory are checked once, on the controller, before any host is touched;
+every problem is reported in one message. The variables are defined in experiment/variables.py; extra vars
+given with ``-e key=value`` arrive as strings, so every value is parsed here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from experiment.variables import DATA_PARALLEL_FIELDS, HIVEMIND_FIELDS, TRAINER_FIELDS
+from experiment.variables import VARIABLES as DEFINITION
+
+UNSET = "__testbed_unset__"
+# No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+DATASET_MOUNT = "/mnt/datasets"
+# Locally the study's 16 vCPUs are shared out among the peers (docs/architecture.md).
+LOCAL_VCPU_BUDGET = 16
+# Cores of this machine left to the local cluster's infrastructure (Ceph, Prometheus, the controller) when the
+# peers' containers are scaled down to fit: measured in docs/fair-cpu.md.
+LOCAL_INFRA_RESERVE_CORES = 0.25
+# The CPU probe before a run (playbooks/cpu.yml) is a check, not an experiment of its own.
+MAX_CPU_PROBE_SECONDS = 120
+# Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
+LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
+
+# name: (kind, default), from the one definition (experiment/variables.py)
+VARIABLES: dict[str, tuple[Any, Any]] = {v.name: (v.kind, v.default) for v in DEFINITION}
+
+
+def testbed_variable_names(_: Any = None) -> list[str]:
+    """The experiment playbook's variables, in documentation order."""
+    return list(VARIABLES)
+
+
+def _parse(name: str, kind: Any, value: Any) -> Any:
+    """Parse one value; raises ValueError with the message for the user."""
+    if kind == "str" and isinstance(value, (list, tuple)):  # e.g. faults given as a JSON list
+        value = ",".join(str(item) for item in value)
+    text = str(value).strip()
+    if isinstance(kind, tuple):
+        if text not in kind:
+            raise ValueError(f"{name} must be one of {'|'.join(kind)} (got {text!r})")
+        return text
+    if kind in ("int", "int0"):
+        if isinstance(value, bool) or not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(f"{name} must be an integer (got {text!r})")
+        number = int(text)
+        low = 1 if kind == "int" else 0
+        if number < low:
+            raise ValueError(f"{name} must be >= {low} (got {number})")
+        return number
+    if kind in ("float", "float0"):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a number (got {text!r})") from None
+        if kind == "float0" and math.isfinite(number) and number >= 0:
+            return number
+        if not math.isfinite(number) or number <= 0 or kind == "float0":
+            sign = "a number >= 0" if kind == "float0" else "a positive number"
+            raise ValueError(f"{name} must be {sign} (got {text!r})")
+        return number
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        lowered = text.lower()
+        if lowered in ("true", "yes", "1", "on"):
+            return True
+        if lowered in ("false", "no", "0", "off"):
+            return False
+        raise ValueError(f"{name} must be true or false (got {text!r})")
+    return text
+
+
+def _parse_all(raw: dict[str, Any], errors: list[str], invalid: set[str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for name, (kind, default) in VARIABLES.items():
+        value = raw.get(name, UNSET)
+        if value in (UNSET, None, ""):
+            settings[name] = default
+            continue
+        try:
+            settings[name] = _parse(name, kind, value)
+        except ValueError as exc:
+            errors.append(str(exc))
+            settings[name] = default
+            invalid.add(name)
+    return settings
+
+
+def _host_links(host: str, hv: dict[str, Any], errors: list[str]) -> dict[str, float | None]:
+    """A host's link settings (None: unshaped), each problem reported with the host's name."""
+    links: dict[str, float | None] = {}
+    for name in LINK_FIELDS:
+        value = hv.get(name)
+        links[name] = None
+        if value in (None, "", UNSET):
+            continue
+        try:
+            links[name] = _parse(name, VARIABLES[name][0], value)
+        except ValueError as exc:
+            errors.append(f"{host}: {exc}")
+    return links
+
+
+def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
+    """Check and complete the experiment's settings; plan the hosts the run uses.
+
+    ``raw``: the playbook variables as given (missing ones as UNSET or absent).
+    ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
+    bandwidth_mbit, latency_ms), ``can_delay`` (the local kernel has netem), ``shaped_non_peers`` (hosts
+    outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
+    ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``timestamp``
+    (UTC, ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
+
+    Returns ``errors`` (empty when everything is valid), ``settings`` (every variable, typed, with defaults),
+    ``experiment_id``, ``hosts`` (the peers used, in order), ``dht_host`` (the host of the DHT-only bootstrap
+    node, None when the first peer bootstraps), ``plan`` (per host: address, vcpus, cpus_limit,
+    threads, memory_mb, cpuset (always None: no pinning), bandwidth_mbit, latency_ms), ``trainer_settings``,
+    ``warnings``.
+
+    >>> hosts = ["peer-01", "peer-02"]
+    >>> size = {"cluster_address": "10.0.0.1", "vcpus": 2, "memory_mb": 2048}
+    >>> inv = {"peers": hosts, "local": True, "host_cores": 2, "hostvars": {h: size for h in hosts}}
+    >>> result = testbed_experiment({"peers": "2", "model": "smallcnn"}, inv)
+    >>> result["errors"], result["hosts"], result["plan"]["peer-02"]["cpus_limit"]
+    ([], ['peer-01', 'peer-02'], 0.875)
+    >>> testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]
+    ["strategy must be one of hivemind|baseline|ddp|zero (got 'ring')", 'peers must be >= 1 (got 0)']
+    >>> testbed_experiment({"peers": "3"}, inv)["errors"]
+    ['peers=3 but the inventory has only 2 hosts in group peers']
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    # Report unknown choices before range problems (the order the user reads the variables in).
+    invalid: set[str] = set()
+    settings = _parse_all(raw, errors, invalid)
+    errors.sort(key=lambda e: 0 if "must be one of" in e else 1)
+    local = bool(inventory.get("local"))
+    inventory_peers = list(inventory.get("peers") or [])
+    hostvars = inventory.get("hostvars") or {}
+    host_cores = int(inventory.get("host_cores") or 1)
+
+    if not inventory_peers:
+        errors.append("the inventory has no hosts in group peers")
+    elif "peers" not in invalid and settings["peers"] > len(inventory_peers):
+        available = len(inventory_peers)
+        errors.append(
+            f"peers={settings['peers']} but the inventory has only {available} hosts in group peers"
+        )
+    if settings["min_peers"] and settings["strategy"] != "hivemind":
+        errors.append("min_peers needs strategy hivemind (a DDP/ZeRO world has a fixed size)")
+    elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
+        errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
+    if settings["cpu_probe_seconds"] > MAX_CPU_PROBE_SECONDS:
+        too_long = settings["cpu_probe_seconds"]
+        errors.append(f"cpu_probe_seconds must be at most {MAX_CPU_PROBE_SECONDS} (got {too_long})")
+    if settings["strategy"] == "hivemind" and settings["peers"] < 2:
+        warnings.append("a Hivemind run with one peer has nobody to average with")
+    dht_host = None
+    if settings["dht_bootstrap"] == "monitor":
+        monitors = list(inventory.get("monitors") or [])
+        if settings["strategy"] != "hivemind":
+            errors.append("dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)")
+        elif not monitors:
+            errors.append("dht_bootstrap=monitor but the inventory has no host in group monitor")
+        else:
+            dht_host = monitors[0]
+    if settings["dataset"] in ("cifar10", "imagefolder") and not settings["data_root"]:
+        errors.append(f"dataset={settings['dataset']} needs data_root (a directory under {DATASET_MOUNT})")
+
+    if settings["dataset_storage"] is None:
+        settings["dataset_storage"] = "cephfs"
+    if settings["data_root"] is None and settings["dataset"] != "synthetic":
+        settings["data_root"] = f"{DATASET_MOUNT}/{settings['dataset']}"
+
+    count = 1 if settings["strategy"] == "baseline" else settings["peers"]
+    hosts = inventory_peers[:count] if not errors else []
+    # locally a host without its own vcpus gets the study's budget shared out; a VM must say its size
+    required = ("cluster_address", "memory_mb") if local else ("cluster_address", "vcpus", "memory_mb")
+    for host in hosts:
+        hv = hostvars.get(host) or {}
+        for field in required:
+            if hv.get(field) in (None, ""):
+                errors.append(f"inventory host {host} has no {field}")
+
+    explicit_vcpus = settings["vcpus"]
+    local_default = max(1, LOCAL_VCPU_BUDGET // max(1, settings["peers"]))
+    declared: dict[str, int] = {}
+    for host in hosts:
+        host_vcpus = (hostvars.get(host) or {}).get("vcpus")
+        if explicit_vcpus is not None:
+            declared[host] = explicit_vcpus
+            if not local and host_vcpus not in (None, "") and explicit_vcpus > int(host_vcpus):
+                errors.append(f"vcpus={explicit_vcpus} exceeds the {host_vcpus} vCPUs of {host}")
+        elif host_vcpus not in (None, ""):
+            try:
+                declared[host] = _parse("vcpus", "int", host_vcpus)
+            except ValueError as exc:
+                errors.append(f"{host}: {exc}")
+        else:
+            declared[host] = local_default
+    if explicit_vcpus is None and declared:
+        sizes = set(declared.values())
+        # equal peers: one number; heterogeneous peers: the smallest, and experiment.json's hosts say each
+        settings["vcpus"] = min(sizes) if len(sizes) > 1 else sizes.pop()
+
+    links = {host: _host_links(host, hostvars.get(host) or {}, errors) for host in hosts}
+    # a -e value reaches every host, the monitor too: only host variables outside group peers are mistakes
+    given_for_all = any(raw.get(name) not in (None, "", UNSET) for name in LINK_FIELDS)
+    for host in [] if given_for_all else inventory.get("shaped_non_peers") or []:
+        errors.append(f"{host} has link settings ({'/'.join(LINK_FIELDS)}) but is not in group peers")
+    if local and not inventory.get("can_delay", False):
+        delayed = [host for host in hosts if links[host]["latency_ms"]]
+        if delayed:
+            errors.append(
+                f"latency_ms cannot be emulated on the local cluster: this kernel has no netem (tc qdisc "
+                f"netem); {', '.join(delayed)} asked for it. Leave latency_ms out here, or run on VMs whose "
+                "kernel has netem"
+            )
+
+    experiment_id = settings["experiment_id"] or "-".join(
+        [
+            settings["strategy"],
+            settings["model"],
+            settings["dataset"],
+            f"p{count}",
+            inventory.get("timestamp", "now"),
+        ]
+    )
+    if not SAFE_ID.match(experiment_id):
+        errors.append(f"experiment_id must match {SAFE_ID.pattern} (got {experiment_id!r})")
+    settings["experiment_id"] = experiment_id
+
+    plan: dict[str, dict[str, Any]] = {}
+    if not errors:
+        total = sum(declared.values())
+        # Locally the peers share this machine by CFS quota only, no pinning: equal peers get equal CPU
+        # wherever the scheduler runs them, and a reserve stays for Ceph, Prometheus and the controller
+        # (docs/fair-cpu.md has the measurements behind this).
+        budget = max(host_cores - LOCAL_INFRA_RESERVE_CORES, 0.1 * host_cores)
+        scale = min(1.0, budget / total) if local else 1.0
+        if local and scale < 1.0:
+            warnings.append(
+                f"the {count} containers ask for {total} CPUs but this machine has {host_cores} "
+                f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets --cpus scaled by "
+                f"{scale:.3f}; timings are NOT comparable with the study's VMs"
+            )
+        for host in hosts:
+            hv = hostvars[host]
+            vcpus = declared[host]
+            cpus_limit = round(vcpus * scale, 3) if local else float(vcpus)
+            threads = max(1, min(vcpus, math.ceil(cpus_limit), host_cores if local else vcpus))
+            plan[host] = {
+                "address": hv["cluster_address"],
+                "vcpus": vcpus,
+                "cpus_limit": cpus_limit,
+                "threads": threads,
+                "memory_mb": int(hv["memory_mb"]),
+                "cpuset": None,
+                **links[host],
+            }
+        reduced = {f"{p['vcpus']} to {p['threads']}" for p in plan.values() if p["threads"] < p["vcpus"]}
+        if local and reduced:
+            warnings.append(
+                f"trainer threads reduced from {', '.join(sorted(reduced))} per peer (a container cannot use "
+                "more cores than its CPU limit); experiment.json records both"
+            )
+
+    trainer_settings = {name: settings[name] for name in TRAINER_FIELDS if settings[name] is not None}
+    if settings["data_root"]:
+        trainer_settings["data_root"] = settings["data_root"]
+    if settings["strategy"] == "hivemind":
+        trainer_settings.update({name: settings[name] for name in HIVEMIND_FIELDS})
+    elif settings["strategy"] in ("ddp", "zero"):
+        trainer_settings.update({name: settings[name] for name in DATA_PARALLEL_FIELDS})
+
+    return {
+        "errors": errors,
+        "warnings": warnings,
+        "settings": settings,
+        "experiment_id": experiment_id,
+        "hosts": hosts,
+        "dht_host": dht_host if not errors else None,
+        "plan": plan,
+        "trainer_settings": trainer_settings,
+    }
+
+
+def testbed_host_size(hostvars: Any) -> dict[str, Any]:
+    """The inventory variables validation needs from one host's hostvars (missing ones as None)."""
+    return {name: hostvars.get(name) for name in ("cluster_address", "vcpus", "memory_mb", *LINK_FIELDS)}
+
+
+def testbed_shaped_hosts(hosts: list[str], hostvars: Any, fields: Any = LINK_FIELDS) -> list[str]:
+    """The hosts that carry any of the link settings ``fields`` with a value other than none/0."""
+    return [h for h in hosts if any(hostvars[h].get(name) not in (None, "", 0, "0") for name in fields)]

@@ -1,0 +1,293 @@
+"""An experiment's fetched results, read on the controller, and its printed summary (playbooks/report.yml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "averaging_seconds")
+# Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
+FAIR_CPU_SPREAD = 0.10
+# Peers declared equal ran at equal speed when their samples/s over the training loop are within this fraction
+# (issue 12's "equal peers at equal speed"; docs/fair-cpu.md).
+FAIR_SPEED_SPREAD = 0.10
+# A CPU probe that started later than this share of its window after the common start is named in a warning.
+LATE_PROBE_FRACTION = 0.1
+
+
+def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[str, Any]]:
+    """One entry per run directory: ``peer``, ``complete``, ``problem`` ('' when complete) and ``summary``.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / "peer-01").mkdir()
+    >>> _ = (d / "peer-01" / "summary.json").write_text('{"complete": false, "exit_reason": "error"}')
+    >>> entries = testbed_read_summaries(str(d), ["peer-01", "peer-02"])
+    >>> [(e["peer"], e["complete"], e["problem"]) for e in entries]
+    [('peer-01', False, 'peer-01: exit_reason error'), ('peer-02', False, 'peer-02: no summary.json fetched')]
+    """
+    entries = []
+    for name in run_dirs:
+        path = Path(results_dir) / name / "summary.json"
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            summary = None
+        if summary is None:
+            entries.append({"peer": name, "complete": False, "problem": f"{name}: no summary.json fetched"})
+            continue
+        complete = bool(summary.get("complete"))
+        problem = "" if complete else f"{name}: exit_reason {summary.get('exit_reason')}"
+        entries.append({"peer": name, "complete": complete, "problem": problem, "summary": summary})
+    return entries
+
+
+def testbed_host_records(
+    plan: dict[str, dict[str, Any]], hostvars: Any, entries: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """experiment.json's ``hosts``: the plan per host, the kernel the run play saw, the link shaping applied
+    and removed, the CPU the host's trainer received (its summary's ``cpu_received``) and the CPU it received
+    under full load before the run (``cpu_probe``, playbooks/cpu.yml; None where none ran)."""
+    received = {e["peer"]: (e.get("summary") or {}).get("cpu_received") for e in entries or []}
+    records = {}
+    for host, entry in plan.items():
+        record = dict(entry)
+        facts = hostvars[host]
+        run = facts.get("testbed_run_record") or {}
+        record["kernel"] = run.get("kernel", "")
+        if facts.get("link_shaping_applied"):
+            record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
+        record["cpu_received"] = received.get(host) or received.get("baseline")  # a baseline: "baseline"
+        record["cpu_probe"] = facts.get("testbed_cpu_probe") or None
+        records[host] = record
+    return records
+
+
+def testbed_cpu_fairness(
+    entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]], probes: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Whether peers declared equal were served equally, per group of equal vCPUs (docs/fair-cpu.md).
+
+    ``probe_cores``: each peer's cores under full load, every peer at once (playbooks/cpu.yml), and their
+    ``probe_spread`` ((max - min) / max): the fairness measure, a warning above 10 %. ``cores_used``: the CPU
+    seconds per wall second over the run, and their ``spread``, recorded beside it; they also fall when a peer
+    waits, so they decide the warning only where no probe ran. A probe that started late is named too.
+
+    >>> def entry(peer, cores):
+    ...     return {"peer": peer, "summary": {"cpu_received": {"cores_used": cores}}}
+    >>> plan = {p: {"vcpus": 4} for p in ("peer-01", "peer-02", "peer-03")}
+    >>> entries = [entry("peer-01", 0.5), entry("peer-02", 0.48), entry("peer-03", 0.3)]
+    >>> fair = testbed_cpu_fairness(entries, plan)
+    >>> fair["groups"]["4"]["spread"], fair["warnings"][0][:45]
+    (0.4, 'peers declared with 4 vCPUs were served unequ')
+    >>> loads = zip(plan, (0.44, 0.43, 0.44))
+    >>> probes = {p: {"cores_used": c, "seconds": 5, "late_seconds": 0} for p, c in loads}
+    >>> fair = testbed_cpu_fairness(entries, plan, probes)
+    >>> fair["groups"]["4"]["probe_spread"], fair["groups"]["4"]["spread"], fair["warnings"]
+    (0.0227, 0.4, [])
+    """
+    run_cores: dict[str, dict[str, float]] = {}
+    for entry in entries:
+        cpu = (entry.get("summary") or {}).get("cpu_received") or {}
+        host = entry["peer"] if entry["peer"] in plan else next(iter(plan), entry["peer"])
+        if cpu.get("cores_used") is None or host not in plan:
+            continue
+        run_cores.setdefault(str(plan[host]["vcpus"]), {})[entry["peer"]] = float(cpu["cores_used"])
+    probe_cores: dict[str, dict[str, float]] = {}
+    document: dict[str, Any] = {"limit": FAIR_CPU_SPREAD, "groups": {}, "warnings": []}
+    for host, probe in (probes or {}).items():
+        if not probe or host not in plan:
+            continue
+        probe_cores.setdefault(str(plan[host]["vcpus"]), {})[host] = float(probe["cores_used"])
+        late = float(probe.get("late_seconds") or 0.0)
+        if late > LATE_PROBE_FRACTION * float(probe["seconds"]):
+            document["warnings"].append(
+                f"the CPU probe on {host} started {late:.1f} s late: its window overlapped the others' less"
+            )
+    for vcpus in sorted({*run_cores, *probe_cores}, key=float):
+        group: dict[str, Any] = {}
+        if vcpus in probe_cores:
+            group.update(probe_cores=probe_cores[vcpus], probe_spread=_spread(probe_cores[vcpus]))
+        if vcpus in run_cores:
+            group.update(cores_used=run_cores[vcpus], spread=_spread(run_cores[vcpus]))
+        document["groups"][vcpus] = group
+        judged = probe_cores.get(vcpus) or run_cores.get(vcpus) or {}
+        spread = _spread(judged)
+        if len(judged) > 1 and spread > FAIR_CPU_SPREAD:
+            low, high = min(judged, key=judged.__getitem__), max(judged, key=judged.__getitem__)
+            how = "under equal full load (CPU probe)" if vcpus in probe_cores else "over the run"
+            document["warnings"].append(
+                f"peers declared with {vcpus} vCPUs were served unequally {how}: {low} received "
+                f"{judged[low]:.3f} cores, {high} {judged[high]:.3f} ({spread:.0%} apart, limit "
+                f"{FAIR_CPU_SPREAD:.0%}); compare their timings with care"
+            )
+    return document
+
+
+def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether peers declared equal trained at equal speed, per group of two or more equal vCPUs: each peer's
+    ``samples_per_second`` over its training loop, their ``spread`` ((max - min) / max), whether it is within
+    the limit, and for each peer more than the limit below the group's fastest what its rounds say it lost
+    time to (``slow``: its failed rounds by cause, or ``no failed round``). Equal CPU (the probe) with unequal
+    speed is the collaboration's doing, not the testbed's.
+
+    >>> def entry(peer, rate, failed=None):
+    ...     return {"peer": peer, "summary": {"samples_per_second": rate, "rounds_failed_by_cause": failed}}
+    >>> plan = {p: {"vcpus": 2} for p in ("peer-01", "peer-02", "peer-03")}
+    >>> speed = testbed_speed_fairness([entry("peer-01", 16.0), entry("peer-02", 15.2),
+    ...                                 entry("peer-03", 8.0, {"behind": 1})], plan)
+    >>> group = speed["groups"]["2"]
+    >>> group["spread"], group["within_limit"], group["slow"]
+    (0.5, False, {'peer-03': 'behind 1'})
+    >>> speed["lines"][0]
+    'speed of equal peers (2 vCPUs): 8.00-16.00 samples/s, 50% apart (limit 10%); slower: peer-03 (behind 1)'
+    """
+    rates: dict[str, dict[str, float]] = {}
+    causes: dict[str, str] = {}
+    for entry in entries:
+        peer, summary = entry["peer"], entry.get("summary") or {}
+        if peer not in plan or summary.get("samples_per_second") is None:
+            continue
+        rates.setdefault(str(plan[peer]["vcpus"]), {})[peer] = float(summary["samples_per_second"])
+        by_cause = summary.get("rounds_failed_by_cause") or {}
+        causes[peer] = ", ".join(f"{cause} {n}" for cause, n in sorted(by_cause.items())) or "no failed round"
+    document: dict[str, Any] = {"limit": FAIR_SPEED_SPREAD, "groups": {}, "lines": []}
+    for vcpus in sorted(rates, key=float):
+        group_rates = rates[vcpus]
+        if len(group_rates) < 2:
+            continue
+        fastest, spread = max(group_rates.values()), _spread(group_rates)
+        threshold = (1 - FAIR_SPEED_SPREAD) * fastest
+        slow = {peer: causes[peer] for peer, rate in group_rates.items() if rate < threshold}
+        document["groups"][vcpus] = {
+            "samples_per_second": {peer: round(rate, 3) for peer, rate in group_rates.items()},
+            "spread": spread,
+            "within_limit": spread <= FAIR_SPEED_SPREAD,
+            "slow": slow,
+        }
+        line = (
+            f"speed of equal peers ({vcpus} vCPUs): {min(group_rates.values()):.2f}-{fastest:.2f} samples/s, "
+            f"{spread:.0%} apart (limit {FAIR_SPEED_SPREAD:.0%})"
+        )
+        if slow:
+            line += "; slower: " + ", ".join(f"{peer} ({why})" for peer, why in slow.items())
+        document["lines"].append(line)
+    return document
+
+
+def _spread(cores: dict[str, float]) -> float:
+    top, bottom = max(cores.values()), min(cores.values())
+    return round((top - bottom) / top, 4) if top > 0 else 0.0
+
+
+def _number(value: Any, digits: int) -> str:
+    if value is None or value == "":
+        return "-"
+    try:
+        return f"{float(value):.{digits}f}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def testbed_summary_table(
+    entries: list[dict[str, Any]], experiment_id: str, results_dir: str, probes: dict[str, Any] | None = None
+) -> list[str]:
+    """Lines of the per-peer summary table (a list, so that Ansible prints one line each): ``cores`` used
+    over the run, ``thr %`` of its CFS periods throttled, ``load``: the cores it received under full load
+    before the run (the CPU probe; ``-`` where none ran).
+
+    >>> s = {"steps": 10, "samples_per_second": 12.5, "final_loss": 0.5, "exit_reason": "max_steps",
+    ...      "rounds_ok": 3, "rounds_failed": 0, "components": {"step_seconds": {"mean": 0.25}}}
+    >>> lines = testbed_summary_table([{"peer": "peer-01", "summary": s}], "x", "/r", {"peer-01": None})
+    >>> lines[2].split()[:4], lines[2].split()[-2:]
+    (['peer-01', '10', '12.50', '0.250'], ['-', 'max_steps'])
+    """
+    header = (
+        f"{'peer':<10} {'steps':>6} {'samples/s':>10} {'step s':>8} {'data s':>8} {'compute s':>9} "
+        f"{'averag. s':>9} {'rounds ok/failed':>16} {'final loss':>10} {'cores':>6} {'thr %':>5} {'load':>6}"
+        "  exit reason"
+    )
+    lines = [f"Experiment {experiment_id} (results in {results_dir})", header]
+    for entry in entries:
+        summary = entry.get("summary")
+        if summary is None:
+            lines.append(f"{entry['peer']:<10} no results")
+            continue
+        components = summary.get("components") or {}
+        means = [_number((components.get(name) or {}).get("mean"), 3) for name in COMPONENTS]
+        rounds = f"{summary.get('rounds_ok', '-')}/{summary.get('rounds_failed', '-')}"
+        rate = _number(summary.get("samples_per_second"), 2)
+        cpu = summary.get("cpu_received") or {}
+        throttled = cpu.get("throttled_fraction")
+        probe = (probes or {}).get(entry["peer"]) or {}
+        lines.append(
+            f"{entry['peer']:<10} {summary.get('steps', '-'):>6} {rate:>10} "
+            f"{means[0]:>8} {means[1]:>8} {means[2]:>9} {means[3]:>9} {rounds:>16} "
+            f"{_number(summary.get('final_loss'), 4):>10} {_number(cpu.get('cores_used'), 3):>6} "
+            f"{_number(None if throttled is None else 100 * throttled, 0):>5} "
+            f"{_number(probe.get('cores_used'), 3):>6}  {summary.get('exit_reason', '-')}"
+        )
+    causes = {
+        entry["peer"]: ", ".join(f"{cause} {count}" for cause, count in sorted(by_cause.items()))
+        for entry in entries
+        if (by_cause := (entry.get("summary") or {}).get("rounds_failed_by_cause"))
+    }
+    if causes:
+        listed = "; ".join(f"{peer}: {text}" for peer, text in causes.items())
+        lines.append(f"failed rounds by cause: {listed}")
+    by_role = cpu_by_role(entries)
+    if by_role:
+        lines.append(by_role)
+    bound = run_bound(entries)
+    if bound:
+        lines.append(f"bound: {bound} (trainer report names it with the evidence and the knob to turn)")
+    return lines
+
+
+def cpu_by_role(entries: list[dict[str, Any]]) -> str:
+    """Where the peers' CPU went over the training, summed over the peers: the training loop's process
+    (``trainer``) and the strategy's own (Hivemind: its DHT, p2pd and averagers), from each summary's
+    ``cpu_received.process_tree_by_role``; "" when no summary has a process of the strategy's own.
+
+    >>> def entry(**seconds):
+    ...     return {"summary": {"cpu_received": {"process_tree_by_role": seconds}}}
+    >>> cpu_by_role([entry(trainer=9.0, dht=1.0, p2pd=2.0), entry(trainer=7.0, dht=0.5, p2pd=0.5)])
+    'CPU by process (all peers, training): trainer 16.0 s (80%), p2pd 2.5 s (12%), dht 1.5 s (8%)'
+    >>> cpu_by_role([entry(trainer=9.0)])
+    ''
+    """
+    sums: dict[str, float] = {}
+    for entry in entries:
+        split = ((entry.get("summary") or {}).get("cpu_received") or {}).get("process_tree_by_role") or {}
+        for role, seconds in split.items():
+            sums[role] = sums.get(role, 0.0) + float(seconds)
+    everything = sum(sums.values())
+    if set(sums) <= {"trainer"} or everything <= 0:
+        return ""
+    parts = [
+        f"{role} {seconds:.1f} s ({seconds / everything:.0%})"
+        for role, seconds in sorted(sums.items(), key=lambda item: -item[1])
+    ]
+    return "CPU by process (all peers, training): " + ", ".join(parts)
+
+
+def run_bound(entries: list[dict[str, Any]]) -> str:
+    """The largest of data loading, compute and averaging in the summed mean step times of all peers, with
+    its share (the report splits averaging into communication and coordination and checks for stragglers).
+
+    >>> def entry(data, compute, averaging):
+    ...     means = {"data_seconds": data, "compute_seconds": compute, "averaging_seconds": averaging,
+    ...              "step_seconds": data + compute + averaging}
+    ...     return {"summary": {"components": {k: {"mean": v} for k, v in means.items()}}}
+    >>> run_bound([entry(0.1, 0.2, 0.7), entry(0.1, 0.4, 0.5)])
+    'averaging 60% of step time'
+    """
+    sums = dict.fromkeys(("data", "compute", "averaging", "step"), 0.0)
+    for entry in entries:
+        components = (entry.get("summary") or {}).get("components") or {}
+        for part in sums:
+            sums[part] += float((components.get(f"{part}_seconds") or {}).get("mean") or 0.0)
+    if not sums["step"]:
+        return ""
+    part = max(("data", "compute", "averaging"), key=sums.__getitem__)
+    return f"{part} {sums[part] / sums['step']:.0%} of step time"

@@ -1,0 +1,82 @@
+"""Two programs and what they share: the trainer (every VM) and the controller (plans, runs and reports
+experiments) never import each other's modules; both import the shared package ``experiment`` (the
+experiment's definition, the results schema), which imports neither. The playbooks reach the controller
+through filter plugins that only adapt it."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("trainer", "controller", "experiment")
+#: what each package may import of the others
+ALLOWED = {"trainer": {"experiment"}, "controller": {"experiment"}, "experiment": set()}
+FILTER_PLUGINS = REPO / "playbooks" / "filter_plugins"
+ADAPTER_MAX_LINES = 40
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """The top-level packages of ours that ``path`` imports (every import statement, lazy ones too)."""
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module.split(".")[0])
+    return imported & set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_neither_program_imports_the_other(package):
+    crossings = {
+        str(path.relative_to(REPO)): sorted(_imported_packages(path) - ALLOWED[package] - {package})
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+    assert {path: found for path, found in crossings.items() if found} == {}
+
+
+def test_the_filter_plugins_only_adapt_the_controller():
+    for path in sorted(FILTER_PLUGINS.glob("*.py")):
+        lines = path.read_text().splitlines()
+        assert len(lines) <= ADAPTER_MAX_LINES, (
+            f"{path.name}: {len(lines)} lines; its logic belongs in controller/"
+        )
+        assert _imported_packages(path) == {"controller"}, path.name
+
+
+def test_running_a_peer_loads_no_controller_code():
+    """``trainer run``'s parser is built without importing the controller's commands (their help lines are
+    only imported for ``trainer --help``), and ``trainer --help`` lists them from their registration."""
+    probe = (
+        "import sys; from trainer.cli import build_parser; build_parser(['run']); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'controller', 'experiment'}))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "['experiment']"
+    listed = subprocess.run(
+        [sys.executable, "-m", "trainer", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "run an experiment grid (resumable)" in listed and "tables and plots from a results" in listed
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "controller.plan",
+        "controller.faults",
+        "controller.names",
+        "controller.summary",
+        "controller.report.analysis",
+        "controller.report.diagnosis",
+    ],
+)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
