@@ -28,6 +28,7 @@ PLAYBOOK_DEFAULT_PEERS = 8  # docs/architecture.md "Experiment playbook variable
 #: the line ``trainer --help`` shows for this command
 HELP = "run an experiment grid (resumable)"
 
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Run (or list with --dry-run) a grid file's experiments through the experiment playbook."

@@ -45,6 +45,7 @@ def parse_bandwidth(text: str) -> float:
 #: the line ``trainer --help`` shows for this command
 HELP = "tables and plots from a results directory"
 
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = "Tables and plots (report.md, PNG, CSV) from a results directory."
     parser.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="e.g. results/")

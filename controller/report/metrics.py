@@ -175,9 +175,9 @@ def target_for(
 
 
 def model_bytes(experiments: Iterable[Experiment]) -> dict[str, int]:
-    """Per model: its parameters in bytes as the trainer measured them (summary.json ``memory.parameter_bytes``,
-    the largest of any peer: a sharding strategy's ranks hold less). Models no finished peer measured are
-    left out; their bandwidth bound is then unknown."""
+    """Per model: its parameters in bytes as the trainer measured them (summary.json
+    ``memory.parameter_bytes``, the largest of any peer: a sharding strategy's ranks hold less). Models no
+    finished peer measured are left out; their bandwidth bound is then unknown."""
     sizes: dict[str, int] = {}
     for experiment in experiments:
         model = experiment.settings.get("model")
