@@ -85,14 +85,26 @@ def _parse_one(
 
 
 def testbed_faults(
-    text: Any, hosts: list[str], strategy: str, run_timeout: float, dht_host: str | None = None
+    text: Any,
+    hosts: list[str],
+    strategy: str,
+    run_timeout: float,
+    dht_host: str | None = None,
+    time_dilation: float = 1.0,
 ) -> dict[str, Any]:
     """``{"faults": [...], "errors": [...]}`` for the ``faults`` variable (None or '' for none).
 
     ``dht_host``: the host of a DHT-only bootstrap node; None when the first peer bootstraps (and so must not
-    be killed before the others joined it).
+    be killed before the others joined it). ``time_dilation``: D of the run (controller/plan.py): the spec's
+    times and rates are the modelled machine's; the agent applies them D times later and longer, and a
+    slow link at the rate / D (``modelled`` keeps the spec's values).
 
     Each fault: spec, kind, host, at_seconds, duration_seconds (None: to the end), rate_mbit (slow only).
+
+    >>> dilated = testbed_faults("slow:peer-02@10s+5s=80mbit", ["peer-01", "peer-02"], "hivemind", 3600,
+    ...                          time_dilation=8.0)["faults"][0]
+    >>> [dilated[name] for name in ("at_seconds", "duration_seconds", "rate_mbit")], dilated["modelled"]
+    ([80.0, 40.0, 10.0], {'at_seconds': 10.0, 'duration_seconds': 5.0, 'rate_mbit': 80.0})
 
     >>> hosts = ["peer-01", "peer-02", "peer-03"]
     >>> plan = testbed_faults("kill:peer-03@60s, pause:peer-02@1m+20", hosts, "hivemind", 3600)
@@ -125,6 +137,8 @@ host)']
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
     bootstrap = hosts[0] if hosts and dht_host is None else None
     faults = [f for f in (_parse_one(spec, hosts, errors, bootstrap) for spec in specs) if f is not None]
+    if time_dilation != 1:
+        faults = [_dilated(fault, time_dilation) for fault in faults]
     if specs and strategy == "baseline":
         errors.append("faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero)")
     for fault in faults:
@@ -143,6 +157,16 @@ host)']
                 )
         by_host.setdefault(fault["host"], []).append(fault)
     return {"faults": [] if errors else sorted(faults, key=lambda f: f["at_seconds"]), "errors": errors}
+
+
+def _dilated(fault: dict[str, Any], factor: float) -> dict[str, Any]:
+    modelled = {name: fault[name] for name in ("at_seconds", "duration_seconds", "rate_mbit")}
+    scaled = {
+        "at_seconds": fault["at_seconds"] * factor,
+        "duration_seconds": None if fault["duration_seconds"] is None else fault["duration_seconds"] * factor,
+        "rate_mbit": None if fault["rate_mbit"] is None else fault["rate_mbit"] / factor,
+    }
+    return {**fault, **scaled, "modelled": modelled}
 
 
 def testbed_fault_timeline(planned: list[dict[str, Any]], hostvars: Any) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from experiment.variables import DATA_PARALLEL_FIELDS, HIVEMIND_FIELDS, TRAINER_FIELDS
+from experiment.variables import DATA_PARALLEL_FIELDS, DILATION_WORDS, HIVEMIND_FIELDS, TRAINER_FIELDS
 from experiment.variables import VARIABLES as DEFINITION
 
 UNSET = "__testbed_unset__"
@@ -27,6 +27,8 @@ LOCAL_INFRA_RESERVE_CORES = 0.25
 MAX_CPU_PROBE_SECONDS = 120
 # Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
 LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
+# A dilated run models the study's cluster network where no bandwidth is given (docs/time-dilation.md).
+MODELLED_LINK_MBIT = 1000.0
 
 # name: (kind, default), from the one definition (experiment/variables.py)
 VARIABLES: dict[str, tuple[Any, Any]] = {v.name: (v.kind, v.default) for v in DEFINITION}
@@ -42,6 +44,16 @@ def _parse(name: str, kind: Any, value: Any) -> Any:
     if kind == "str" and isinstance(value, (list, tuple)):  # e.g. faults given as a JSON list
         value = ",".join(str(item) for item in value)
     text = str(value).strip()
+    if kind == "dilation":
+        if text in DILATION_WORDS:
+            return text
+        try:
+            factor = float(text)
+        except ValueError:
+            factor = math.nan
+        if not (math.isfinite(factor) and factor >= 1):
+            raise ValueError(f"{name} must be auto, off or a factor >= 1 (got {text!r})")
+        return factor
     if isinstance(kind, tuple):
         if text not in kind:
             raise ValueError(f"{name} must be one of {'|'.join(kind)} (got {text!r})")
@@ -238,18 +250,27 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     settings["experiment_id"] = experiment_id
 
     plan: dict[str, dict[str, Any]] = {}
+    scale, dilation = 1.0, 1.0
     if not errors:
         total = sum(declared.values())
         # Locally the peers share this machine by CFS quota only, no pinning: equal peers get equal CPU
         # wherever the scheduler runs them, and a reserve stays for Ceph, Prometheus and the controller
         # (docs/fair-cpu.md has the measurements behind this).
         budget = max(host_cores - LOCAL_INFRA_RESERVE_CORES, 0.1 * host_cores)
-        scale = min(1.0, budget / total) if local else 1.0
-        if local and scale < 1.0:
+        scale, dilation = _cpu_scale(settings["time_dilation"], local, total, budget, errors)
+    if not errors:
+        if local and scale < 1.0 and dilation > 1.0:
+            warnings.append(
+                f"the {count} containers stand for {total} vCPUs on this machine's {host_cores} cores "
+                f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets --cpus scaled by "
+                f"{scale:.3f}, and every time setting, fault time and link is dilated by D = {dilation:.2f}: "
+                "modelled times are the measured ones / D (docs/time-dilation.md)"
+            )
+        elif local and scale < 1.0:
             warnings.append(
                 f"the {count} containers ask for {total} CPUs but this machine has {host_cores} "
                 f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets --cpus scaled by "
-                f"{scale:.3f}; timings are NOT comparable with the study's VMs"
+                f"{scale:.3f}; with time_dilation=off, timings are NOT comparable with the study's VMs"
             )
         for host in hosts:
             hv = hostvars[host]
@@ -263,7 +284,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 "threads": threads,
                 "memory_mb": int(hv["memory_mb"]),
                 "cpuset": None,
-                **links[host],
+                **_dilated_links(links[host], dilation),
             }
         reduced = {f"{p['vcpus']} to {p['threads']}" for p in plan.values() if p["threads"] < p["vcpus"]}
         if local and reduced:
@@ -273,6 +294,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             )
 
     trainer_settings = {name: settings[name] for name in TRAINER_FIELDS if settings[name] is not None}
+    trainer_settings["time_dilation"] = dilation
     if settings["data_root"]:
         trainer_settings["data_root"] = settings["data_root"]
     if settings["strategy"] == "hivemind":
@@ -288,7 +310,54 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "hosts": hosts,
         "dht_host": dht_host if not errors else None,
         "plan": plan,
+        "time_dilation": dilation,
         "trainer_settings": trainer_settings,
+    }
+
+
+def _cpu_scale(
+    given: str | float, local: bool, total: float, budget: float, errors: list[str]
+) -> tuple[float, float]:
+    """(the share of its vCPUs each local container gets, the time dilation D) for ``time_dilation``.
+
+    auto: the peers' vCPUs fitted into the budget, D = 1 / that share (1 on VMs); off: fitted, D = 1 (no
+    dilation: today's distorted model); a factor: each peer gets vcpus / factor cores, which must fit.
+
+    >>> _cpu_scale("auto", True, 16, 1.75, []), _cpu_scale("off", True, 16, 1.75, [])
+    ((0.109375, 9.142857142857142), (0.109375, 1.0))
+    >>> _cpu_scale(10.0, True, 16, 1.75, []), _cpu_scale("auto", False, 16, 1.75, [])
+    ((0.1, 10.0), (1.0, 1.0))
+    >>> errors = []; _ = _cpu_scale(4.0, True, 16, 1.75, errors); print(errors[0].split(": ")[1])
+    use a factor >= 9.14 (or auto)
+    """
+    fitted = min(1.0, budget / total)
+    if not local:
+        if given not in DILATION_WORDS and given != 1:
+            errors.append(f"time_dilation={given:g} needs the local cluster: a VM runs at its own speed")
+        return 1.0, 1.0
+    if given == "off":
+        return fitted, 1.0
+    if given == "auto":
+        return fitted, 1.0 / fitted
+    if total / given > budget * (1 + 1e-9):
+        errors.append(
+            f"time_dilation={given:g} gives the peers {total / given:g} cores of this machine, more than its "
+            f"{budget:g} for them: use a factor >= {total / budget:.2f} (or auto)"
+        )
+    return 1.0 / given, float(given)
+
+
+def _dilated_links(links: dict[str, float | None], dilation: float) -> dict[str, float | None]:
+    """A host's link as applied, with the modelled link beside it when dilated: the rate / D (the modelled
+    default 1 Gbit/s where none is given), the delay x D."""
+    if dilation == 1.0:
+        return dict(links)
+    modelled_rate = links["bandwidth_mbit"] or MODELLED_LINK_MBIT
+    return {
+        "bandwidth_mbit": round(modelled_rate / dilation, 3),
+        "latency_ms": None if links["latency_ms"] is None else round(links["latency_ms"] * dilation, 3),
+        "modelled_bandwidth_mbit": modelled_rate,
+        "modelled_latency_ms": links["latency_ms"],
     }
 
 

@@ -208,11 +208,18 @@ def testbed_summary_table(
         "  exit reason"
     )
     lines = [f"Experiment {experiment_id} (results in {results_dir})", header]
+    dilation = max(float((e.get("summary") or {}).get("time_dilation") or 1.0) for e in entries or [{}])
+    if dilation > 1:
+        lines.insert(
+            1, f"times and rates in modelled time: measured / D, D = {dilation:.2f} (both in summary.json)"
+        )
     for entry in entries:
         summary = entry.get("summary")
         if summary is None:
             lines.append(f"{entry['peer']:<10} no results")
             continue
+        if dilation > 1:
+            summary = {**summary, **(summary.get("modelled") or {})}
         components = summary.get("components") or {}
         means = [_number((components.get(name) or {}).get("mean"), 3) for name in COMPONENTS]
         rounds = f"{summary.get('rounds_ok', '-')}/{summary.get('rounds_failed', '-')}"

@@ -116,6 +116,37 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+# Two clocks (time dilation, trainer/dilation.py): a peer D times slower than the machine it models measures
+# D times longer durations; summary.json gives them as measured and, under ``modelled``, divided by D.
+#: summary.json's durations and rates that the modelled clock scales (components' statistics too)
+MODELLED_DURATIONS = ("wall_seconds", "training_seconds", "start_wait_seconds", "time_to_target_loss_seconds")
+MODELLED_RATES = ("samples_per_second",)
+
+
+def modelled_times(summary: dict[str, Any], factor: float) -> dict[str, Any]:
+    """summary.json's ``modelled``: its durations / ``factor``, its rates x ``factor``, each component's.
+
+    >>> view = modelled_times({"wall_seconds": 80.0, "samples_per_second": 4.0,
+    ...                        "components": {"step_seconds": {"mean": 2.0, "total": 80.0}}}, 8.0)
+    >>> view["wall_seconds"], view["samples_per_second"], view["components"]["step_seconds"]
+    (10.0, 32.0, {'mean': 0.25, 'total': 10.0})
+    """
+    view: dict[str, Any] = {}
+    for name in (*MODELLED_DURATIONS, *MODELLED_RATES):
+        if name in summary:
+            value = summary[name]
+            if value is not None:
+                value = value * factor if name in MODELLED_RATES else value / factor
+            view[name] = value
+    components = summary.get("components")
+    if isinstance(components, dict):
+        view["components"] = {
+            name: {key: None if value is None else value / factor for key, value in statistics.items()}
+            for name, statistics in components.items()
+        }
+    return view
+
+
 CONFIG_FILE = "config.json"
 STEPS_FILE = "steps.csv"
 ROUNDS_FILE = "rounds.csv"

@@ -7,8 +7,9 @@ onto the trainer flag of the same name) and the table in ``docs/architecture.md`
 experiment.variables --write-docs``; a test fails when it is stale). Adding a variable is one entry here, plus
 the code that uses it.
 
-Kinds: ``int`` (>= 1), ``int0`` (>= 0), ``float`` (> 0), ``float0`` (>= 0), ``bool``, ``str``, or a tuple of
-the allowed values. Standard library only: the controller's Ansible plugins import it too.
+Kinds: ``int`` (>= 1), ``int0`` (>= 0), ``float`` (> 0), ``float0`` (>= 0), ``bool``, ``str``, ``dilation``
+(``auto``, ``off`` or a number >= 1), or a tuple of the allowed values. Standard library only: the
+controller's Ansible plugins import it too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
 PREPROCESSING = ("decode", "cached")
 DHT_BOOTSTRAPS = ("peer", "monitor")
+#: the words time_dilation takes besides a factor >= 1
+DILATION_WORDS = ("auto", "off")
 
 # which trainers get a variable as the flag of the same name
 ALL_TRAINERS, HIVEMIND, DATA_PARALLEL = "all", "hivemind", "data_parallel"
@@ -126,6 +129,13 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         "controller directory of the results (default results/)",
         set_by_grid=True,
+    ),
+    Variable(
+        "time_dilation",
+        "dilation",
+        "auto",
+        "times slower a local peer runs than the VM it models (auto: its vCPUs / its cores, 1 on VMs; off; "
+        "or a factor: each local peer gets vcpus / factor cores); time settings and links are dilated by it",
     ),
     Variable("bandwidth_mbit", "float", None, "egress rate of every peer (or per host in the inventory)"),
     Variable("latency_ms", "float0", None, "egress delay of every peer (or per host; needs netem)"),

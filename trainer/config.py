@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import ipaddress
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -112,6 +113,9 @@ class RunConfig:
         start without the others instead of giving up (0: every expected peer is needed)
     :param start_timeout: Hivemind: seconds to wait at the start barrier before giving up (exit status 3)
     :param finish_grace: Hivemind: seconds a peer that is done keeps serving averaging for the others
+    :param time_dilation: D, how many times slower this peer's CPU is than the machine it models (>= 1; 1:
+        none). Every time setting above is in the modelled machine's seconds and the trainer waits D times
+        as long (trainer/dilation.py); summary.json also gives its times divided by D
     :param rank: DDP/ZeRO: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the rendezvous)
     :param rendezvous: DDP/ZeRO: ``HOST:PORT`` where rank 0 listens for the others (its cluster address)
     :param config: the YAML/JSON file these settings were read from (informational)
@@ -174,6 +178,9 @@ class RunConfig:
         ),
     )
     finish_grace: float = field(default=30.0, metadata=_opt("Hivemind: seconds to keep serving when done"))
+    time_dilation: float = field(
+        default=1.0, metadata=_opt("times slower this peer runs than the machine it models", metavar="D")
+    )
     rank: int = field(default=0, metadata=_opt("DDP/ZeRO: this process's rank (0 hosts the rendezvous)"))
     rendezvous: str = field(
         default="127.0.0.1:29500", metadata=_opt("DDP/ZeRO: rank 0's HOST:PORT", metavar="HOST:PORT")
@@ -289,6 +296,8 @@ class RunConfig:
                 raise ConfigError("must be a positive number of seconds", name, getattr(self, name))
         if not self.finish_grace >= 0:
             raise ConfigError("must be zero or more seconds", "finish_grace", self.finish_grace)
+        if not (math.isfinite(self.time_dilation) and self.time_dilation >= 1):
+            raise ConfigError("must be a factor >= 1 (1: no dilation)", "time_dilation", self.time_dilation)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
         if self.strategy in ("ddp", "zero"):
             if not 0 <= self.rank < self.expected_peers:

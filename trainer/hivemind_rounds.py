@@ -122,11 +122,27 @@ KEYWORDS = {
         "average_state_every",
         "target_batch_size",
         "batch_size_per_step",
+        # time dilation (trainer/dilation.py)
+        "next_chunk_timeout",
+        "load_state_timeout",
+        "shutdown_timeout",
+        "averager_opts",
     ),
     "hivemind.optim.progress_tracker.ProgressTracker.__init__": (
         "default_refresh_period",
         "max_refresh_period",
+        "min_refresh_period",
+        "metadata_expiration",
     ),
+    "hivemind.averaging.averager.DecentralizedAverager.__init__": ("request_timeout", "declare_state_period"),
+    "hivemind.dht.node.DHTNode.create": (
+        "wait_timeout",
+        "bootstrap_timeout",
+        "blacklist_time",
+        "cache_refresh_before_expiry",
+    ),
+    "hivemind.dht.dht.DHT.__init__": ("shutdown_timeout",),
+    "hivemind.p2p.p2p_daemon.P2P.create": ("idle_timeout", "startup_timeout"),
 }
 
 #: Attributes read at run time: (dotted class, attribute names that must exist on the class or its instances).
@@ -529,6 +545,8 @@ def _define_optimizer_class() -> type:
             #: whether every other peer already finished (the strategy's DHT read of the done announcements)
             self.others_done: Callable[[], bool] | None = None
             self.skipped_final_round = False
+            #: the longest wait for a final round's group (dilated with the run: trainer/dilation.py)
+            self.final_round_wait = FINAL_ROUND_WAIT_SECONDS
             super().__init__(**kwargs)
             self._instrument_state_averager()
 
@@ -583,7 +601,7 @@ def _define_optimizer_class() -> type:
             its tracker shows the others at the stop epoch or, for the round that would take this peer to
             the stop, every other peer has announced it is done. The second case catches a peer whose epoch
             count slipped one behind the others' (it joined their round as its own previous epoch) while its
-            tracker's reads lag: it waits, at most ``FINAL_ROUND_WAIT_SECONDS``, until a group forms or the
+            tracker's reads lag: it waits, at most ``final_round_wait``, until a group forms or the
             others are done. Not with local updates: there peers reach each epoch independently and join the
             last parameter round after the first one got there.
             """
@@ -594,7 +612,7 @@ def _define_optimizer_class() -> type:
                 return not self._group_formed()
             if self.local_epoch + 1 < stop or self.others_done is None:
                 return False
-            deadline = time.monotonic() + min(self.matchmaking_time, FINAL_ROUND_WAIT_SECONDS)
+            deadline = time.monotonic() + min(self.matchmaking_time, self.final_round_wait)
             while not self._group_formed():
                 if self.others_done():
                     return True

@@ -203,6 +203,7 @@ class RunSession:
             start_wait_seconds=self.start_wait,
             end_timestamp=time.time(),
             loop_end_timestamp=self.loop_end,
+            time_dilation=self.config.time_dilation,
             extra={
                 "exit_detail": self.exit_detail,
                 "cpu_received": self._cpu_received(),

@@ -13,6 +13,7 @@ from experiment.results import (
     LOSS_WINDOW,
     RoundRecord,
     StepRecord,
+    modelled_times,
     percentile,
 )
 
@@ -107,6 +108,7 @@ class RunStats:
         end_timestamp: float,
         loop_end_timestamp: float | None = None,
         extra: dict[str, Any] | None = None,
+        time_dilation: float = 1.0,
     ) -> dict[str, Any]:
         """The summary.json document (schema in docs/architecture.md). ``samples_per_second`` is the training
         loop's (barrier release to the loop's end, ``training_seconds``); ``wall_seconds`` also counts the
@@ -144,4 +146,6 @@ class RunStats:
         }
         if extra:
             document.update(extra)
+        document["time_dilation"] = time_dilation
+        document["modelled"] = modelled_times(document, time_dilation)
         return document

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from experiment.variables import VARIABLES
+from experiment.variables import DILATION_WORDS, VARIABLES
 
 #: variables the grid runner sets itself (id from the settings and repeat, force for retries, results_root
 #: from --results-dir); a grid file must not set them
 RUNNER_VARS = tuple(variable.name for variable in VARIABLES if variable.set_by_grid)
 
 #: every playbook variable a grid may set, in the order runs are printed, with its kind:
-#: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, or a tuple of choices
+#: int (>= 1), int0 (>= 0), float (> 0), float0 (>= 0), bool, str, dilation, or a tuple of choices
 VAR_KINDS: dict[str, Any] = {v.name: v.kind for v in VARIABLES if not v.set_by_grid}
 PLAYBOOK_VARS = tuple(VAR_KINDS)
 
@@ -55,6 +55,13 @@ def _check(kind: Any, value: Any) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
             return 0.0
         return _positive_number(value)
+    if kind == "dilation":
+        if value in DILATION_WORDS:
+            return value
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if number and value >= 1:
+            return float(value)
+        raise VarError(f"must be auto, off or a factor >= 1 (got {value!r})")
     if kind == "bool":
         if not isinstance(value, bool):
             raise VarError(f"must be true or false (got {value!r})")

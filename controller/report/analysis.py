@@ -94,6 +94,7 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "target_batch_size": None if e.is_baseline else e.settings.get("target_batch_size"),
         "local_updates": None if e.is_baseline else e.settings.get("local_updates"),
         "complete": e.complete,
+        "time_dilation": e.time_dilation,
         "steps": len(steps),
         "samples": int(samples),
         "wall_seconds": wall,

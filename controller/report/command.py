@@ -114,6 +114,13 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
             f"Incomplete experiments (included, marked in `experiments.csv`): {', '.join(incomplete)}",
             "",
         ]
+    dilated = sorted({f"{e.time_dilation:.2f}" for e in experiments if e.time_dilation > 1})
+    if dilated:
+        lines += [
+            f"Times and rates are modelled (time-dilated runs, D = {', '.join(dilated)}; `time_dilation` in "
+            "`experiments.csv`): measured durations / D, the link and samples/s x D (docs/time-dilation.md).",
+            "",
+        ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())
     lines += [
         _section(analysis, "diagnosis"),

@@ -10,6 +10,7 @@ whose subdirectories hold trainer results is read from the `config.json` files a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class Experiment:
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: experiment.json's ``faults``: each planned fault with its status and actual times (docs/faults.md)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: D of the run (trainer/dilation.py): the rows above are already in modelled time (``in_modelled_time``)
+    time_dilation: float = 1.0
 
     @property
     def strategy(self) -> str:
@@ -145,7 +148,7 @@ def load_experiment(path: Path) -> Experiment | None:
     complete = is_true(document["complete"]) if "complete" in document else all(p.complete for p in peers)
     network = document.get("network")
     bandwidth = network.get("bandwidth_bytes_per_second") if isinstance(network, dict) else None
-    return Experiment(
+    experiment = Experiment(
         experiment_id=str(document.get("experiment_id") or path.name),
         path=path,
         settings=settings,
@@ -154,6 +157,75 @@ def load_experiment(path: Path) -> Experiment | None:
         bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
         hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
         faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
+    )
+    factor = float(document.get("time_dilation") or configs[0].get("time_dilation") or 1.0)
+    return in_modelled_time(experiment, factor) if factor > 1 else experiment
+
+
+#: steps.csv/rounds.csv columns in seconds; ``timestamp`` (Unix time) is rebased instead
+_DURATION_COLUMNS = (
+    "wall_seconds",
+    "data_seconds",
+    "compute_seconds",
+    "optimizer_seconds",
+    "averaging_seconds",
+    "step_seconds",
+    "matchmaking_seconds",
+    "allreduce_seconds",
+    "blocking_seconds",
+)
+_FAULT_MOMENTS = ("started", "applied_at", "healed_at")
+
+
+def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
+    """The experiment as the modelled machine saw it (a run dilated by ``factor``): durations / factor, Unix
+    times rebased to pass ``factor`` times faster from the run's first moment, the link ``factor`` times
+    faster, each summary its ``modelled`` view, each fault its planned (modelled) times.
+
+    >>> rows = [{"timestamp": 1000.0, "step_seconds": 8.0}, {"timestamp": 1016.0, "step_seconds": 8.0}]
+    >>> e = in_modelled_time(Experiment("x", Path("x"), {}, True, [PeerRun("p", rows, [], True)]), 8.0)
+    >>> e.peers[0].steps, e.time_dilation
+    ([{'timestamp': 1000.0, 'step_seconds': 1.0}, {'timestamp': 1002.0, 'step_seconds': 1.0}], 8.0)
+    """
+    moments = [r["timestamp"] for p in experiment.peers for r in (*p.steps, *p.rounds) if r.get("timestamp")]
+    origin = min(moments, default=0.0)
+
+    def rows(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        scaled = []
+        for row in table:
+            row = dict(row)
+            for name in _DURATION_COLUMNS:
+                if row.get(name) is not None:
+                    row[name] = row[name] / factor
+            if row.get("timestamp") is not None:
+                row["timestamp"] = origin + (row["timestamp"] - origin) / factor
+            scaled.append(row)
+        return scaled
+
+    def fault(record: dict[str, Any]) -> dict[str, Any]:
+        record = {**record, **(record.get("modelled") or {})}
+        for name in _FAULT_MOMENTS:
+            if record.get(name) is not None:
+                record[name] = origin + (float(record[name]) - origin) / factor
+        return record
+
+    peers = [
+        PeerRun(
+            p.name,
+            rows(p.steps),
+            rows(p.rounds),
+            p.complete,
+            {**p.summary, **(p.summary.get("modelled") or {})},
+        )
+        for p in experiment.peers
+    ]
+    bandwidth = experiment.bandwidth_bytes_per_second
+    return dataclasses.replace(
+        experiment,
+        peers=peers,
+        bandwidth_bytes_per_second=None if bandwidth is None else bandwidth * factor,
+        faults=[fault(record) for record in experiment.faults],
+        time_dilation=factor,
     )
 
 

@@ -51,7 +51,7 @@ def test_every_setting_handed_to_the_trainer_is_a_trainer_flag():
 def test_names_are_unique_and_kinds_known():
     assert len(variables.BY_NAME) == len(variables.VARIABLES)
     for variable in variables.VARIABLES:
-        kinds = ("int", "int0", "float", "float0", "bool", "str")
+        kinds = ("int", "int0", "float", "float0", "bool", "str", "dilation")
         assert isinstance(variable.kind, tuple) or variable.kind in kinds, variable
         assert variable.meaning and set(variable.trainers) <= {"all", "hivemind", "data_parallel"}
 

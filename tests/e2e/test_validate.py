@@ -90,7 +90,33 @@ def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_mac
     assert len({entry["cpus_limit"] for entry in plan.values()}) == 1
     assert {entry["threads"] for entry in plan.values()} == {1}
     assert {entry["cpuset"] for entry in plan.values()} == {None}
-    assert any("NOT comparable" in warning for warning in result["warnings"])
+    # the containers stand for 2-vCPU VMs: everything in time is dilated by D = vCPUs / cores (issue 25)
+    dilation = 16 / (2.0 - reserve)
+    assert result["time_dilation"] == pytest.approx(dilation)
+    assert result["trainer_settings"]["time_dilation"] == pytest.approx(dilation)
+    assert any(f"dilated by D = {dilation:.2f}" in warning for warning in result["warnings"])
+    link = plan["peer-01"]  # the modelled default of 1 Gbit/s, shaped to 1 Gbit/s / D
+    assert link["modelled_bandwidth_mbit"] == 1000 and link["bandwidth_mbit"] == pytest.approx(
+        1000 / dilation
+    )
+
+    undilated = validation.testbed_experiment({"peers": "8", "time_dilation": "off"}, inventory)
+    assert undilated["time_dilation"] == 1.0 and undilated["plan"]["peer-01"]["bandwidth_mbit"] is None
+    assert any("NOT comparable" in warning for warning in undilated["warnings"])
+    assert undilated["plan"]["peer-01"]["cpus_limit"] == plan["peer-01"]["cpus_limit"]
+
+
+def test_a_dilation_factor_sets_the_cores_and_must_fit():
+    validation = _load_validation()
+    inventory = _local_inventory(4)
+    result = validation.testbed_experiment({"peers": "4", "vcpus": "2", "time_dilation": "8"}, inventory)
+    assert result["errors"] == [] and result["time_dilation"] == 8.0
+    assert {entry["cpus_limit"] for entry in result["plan"].values()} == {0.25}
+    refused = validation.testbed_experiment({"peers": "4", "vcpus": "2", "time_dilation": "2"}, inventory)
+    assert any("use a factor >= 4.57" in error for error in refused["errors"]), refused["errors"]
+    for bad in ("0.5", "fast", "-1"):
+        errors = validation.testbed_experiment({"peers": "2", "time_dilation": bad}, inventory)["errors"]
+        assert f"time_dilation must be auto, off or a factor >= 1 (got '{bad}')" in errors
 
 
 def test_a_baseline_uses_one_host_and_a_real_cluster_keeps_its_vcpus():
@@ -124,8 +150,16 @@ def test_heterogeneous_peers_keep_their_ratio_and_their_links():
     plan = result["plan"]
     assert [plan[h]["vcpus"] for h in result["hosts"]] == [4, 4, 1, 1]
     assert plan["peer-01"]["cpus_limit"] == pytest.approx(4 * plan["peer-03"]["cpus_limit"], rel=0.01)
-    assert [plan[h]["bandwidth_mbit"] for h in result["hosts"]] == [None, None, 20.0, 20.0]
+    # dilated (auto, D = 10 vCPUs / 1.75 cores): the modelled links are the inventory's (1 Gbit/s where it
+    # gives none), each shaped to its rate / D
+    dilation = result["time_dilation"]
+    assert dilation == pytest.approx(10 / 1.75)
+    modelled = [plan[h]["modelled_bandwidth_mbit"] for h in result["hosts"]]
+    assert modelled == [1000.0, 1000.0, 20.0, 20.0]
+    assert [plan[h]["bandwidth_mbit"] for h in result["hosts"]] == [round(m / dilation, 3) for m in modelled]
     assert result["settings"]["vcpus"] == 1
+    undilated = validation.testbed_experiment({"peers": "4", "time_dilation": "off"}, inventory)["plan"]
+    assert [undilated[h]["bandwidth_mbit"] for h in result["hosts"]] == [None, None, 20.0, 20.0]
 
 
 @pytest.mark.parametrize(
@@ -169,8 +203,12 @@ def test_a_dht_node_on_the_monitor_host_needs_one():
 def test_latency_is_accepted_where_the_kernel_can_delay():
     validation = _load_validation()
     inventory = {**_local_inventory(2, peer_01={"latency_ms": "20"}), "can_delay": True}
-    result = validation.testbed_experiment({"peers": "2"}, inventory)
+    result = validation.testbed_experiment({"peers": "2", "time_dilation": "off"}, inventory)
     assert result["errors"] == [] and result["plan"]["peer-01"]["latency_ms"] == 20.0
+    dilated = validation.testbed_experiment({"peers": "2", "time_dilation": "10"}, inventory)
+    assert dilated["errors"] == [], dilated["errors"]
+    assert dilated["plan"]["peer-01"]["latency_ms"] == 200.0
+    assert dilated["plan"]["peer-01"]["modelled_latency_ms"] == 20.0
 
 
 def test_unknown_names_are_refused_with_the_closest_known_ones(tmp_path):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from experiment.results import RoundRecord
+from trainer.dilation import dilated
 from trainer.strategies.base import StepOutcome
 from trainer.strategies.baseline import build_optimizer, optimizer_spec, parameters_fingerprint
 
@@ -84,9 +85,11 @@ class DataParallelStrategy:
                 f"rendezvous at {config.rendezvous} did not complete within {config.start_timeout:g}s "
                 f"(rank {config.rank} of {config.expected_peers}): {str(exc).splitlines()[0]}"
             ) from exc
-        # every collective from here on gives up after averaging_timeout (a dead rank ends the run)
+        # every collective from here on gives up after averaging_timeout (a dead rank ends the run), in this
+        # peer's seconds (trainer/dilation.py)
         ranks = list(range(config.expected_peers))
-        self.group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=config.averaging_timeout))
+        timeout = datetime.timedelta(seconds=dilated(config).averaging_timeout)
+        self.group = dist.new_group(ranks, timeout=timeout)
         with torch.no_grad():
             for parameter in model.parameters():
                 dist.broadcast(parameter.data, src=0, group=self.group)

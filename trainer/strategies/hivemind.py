@@ -33,7 +33,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from experiment.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
-from trainer.hivemind_rounds import RoundCollector, averager_classes, check_internals
+from trainer.dilation import (
+    dht_options,
+    dilated,
+    gradient_averager,
+    optimizer_options,
+    patch_module_constants,
+    tracker_metadata_expiration,
+)
+from trainer.hivemind_rounds import (
+    FINAL_ROUND_WAIT_SECONDS,
+    RoundCollector,
+    averager_classes,
+    check_internals,
+)
 from trainer.strategies.base import StepOutcome
 from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
 
@@ -92,14 +105,19 @@ class HivemindStrategy:
         check_internals()
         import hivemind
 
-        from trainer.coordination import RunCoordinator
+        from trainer.coordination import STOP_POLL_SECONDS, RunCoordinator
         from trainer.hivemind_rounds import instrumented_optimizer_class
 
+        # from here on every duration is this peer's: the modelled one times D (trainer/dilation.py)
+        factor = config.time_dilation
+        config = dilated(config)
         self.config, self.model, self._on_round = config, model, on_round
         self.collector.hold_seconds = 2 * config.averaging_timeout
         grad_averager, state_averager = averager_classes()
-        # the queue must exist before the averagers fork
+        # the queue must exist before the averagers fork, and so must the patched constant
         self.collector.install(grad_averager, state_averager)
+        if factor != 1:
+            self._details["time_dilation"] = {"factor": factor, **patch_module_constants(factor)}
         self.dht = _join_dht(hivemind, config)
         if not config.initial_peers:
             addresses = [str(address) for address in self.dht.get_visible_maddrs()]
@@ -119,13 +137,20 @@ class HivemindStrategy:
             matchmaking_time=config.matchmaking_time,
             average_state_every=config.average_state_every,
             averaging_timeout=config.averaging_timeout,
-            grad_averager_factory=None if config.local_updates else grad_averager,
-            tracker_opts=tracker_options(config.matchmaking_time),
+            grad_averager_factory=None if config.local_updates else gradient_averager(grad_averager, factor),
+            tracker_opts=tracker_options(config.matchmaking_time, factor),
             verbose=False,
+            **optimizer_options(factor, config.matchmaking_time),
         )
+        self.optimizer.final_round_wait = FINAL_ROUND_WAIT_SECONDS * factor
         self.coordinator = RunCoordinator(
-            self.dht, config.run_id, config.resolved_peer_id, expected_peers=config.expected_peers
+            self.dht,
+            config.run_id,
+            config.resolved_peer_id,
+            expected_peers=config.expected_peers,
+            stop_poll_interval=STOP_POLL_SECONDS * factor,
         )
+        self._waits = {"tracker_sync": TRACKER_SYNC_SECONDS * factor, "stop_read": STOP_READ_SECONDS * factor}
         self.optimizer.read_stop_epoch = self._read_stop_epoch
         self.optimizer.others_done = self.coordinator.others_done
         self._remember_processes()
@@ -189,7 +214,7 @@ class HivemindStrategy:
         """
         tracker, expected = self._ready().tracker, self.coordinator.started_with
         waited = self.coordinator.wait_for_synced(
-            lambda: tracker.global_progress.num_peers >= expected, TRACKER_SYNC_SECONDS
+            lambda: tracker.global_progress.num_peers >= expected, self._waits["tracker_sync"]
         )
         self._details["tracker_sync_seconds"] = round(waited, 3)
         return waited
@@ -218,7 +243,7 @@ class HivemindStrategy:
         # another peer's request already published: adopt it rather than publish a different epoch (two
         # requests close together can differ by an epoch, and a peer that read only the larger one before
         # its epoch update would average alone at the smaller one: seen with one-step epochs)
-        published = self.coordinator.read_stop(STOP_READ_SECONDS)
+        published = self.coordinator.read_stop(self._waits["stop_read"])
         if published is not None and published.epoch > now_epoch:
             epoch, margin = published.epoch, published.epoch - now_epoch
             log.info("adopting %s's collective stop at epoch %d (%s)", published.peer, epoch, reason)
@@ -246,7 +271,7 @@ class HivemindStrategy:
         return 1 + math.ceil(max(0, STOP_NOTICE_STEPS - left_in_epoch) / steps_per_epoch)
 
     def _read_stop_epoch(self) -> int | None:
-        stop = self.coordinator.read_stop(STOP_READ_SECONDS)
+        stop = self.coordinator.read_stop(self._waits["stop_read"])
         return stop.epoch if stop is not None else None
 
     def stop_reason(self) -> str | None:
@@ -345,7 +370,7 @@ class HivemindStrategy:
 # ---------------------------------------------------------------------- DHT
 
 
-def tracker_options(matchmaking_time: float) -> dict[str, float]:
+def tracker_options(matchmaking_time: float, factor: float = 1.0) -> dict[str, float]:
     """Progress-tracker settings that keep the collective's sample count fresh from the first step on.
 
     hivemind reads the collective progress every 3 s while it has found no other peer, and up to every 10 s
@@ -356,13 +381,22 @@ def tracker_options(matchmaking_time: float) -> dict[str, float]:
     time (15 s) let the trackers miss the start sync (every peer waited its full 15 s) and ran the first epoch
     to ~4x the target batch size (make demo, docs/fair-cpu.md).
 
+    Dilated by ``factor`` (trainer/dilation.py; ``matchmaking_time`` is then the dilated one): every period
+    and the lifetime of the progress records, so the tracker reads as often in modelled time.
+
     >>> [tracker_options(m)["max_refresh_period"] for m in (0.5, 2.0, 15.0)]
     [1.0, 2.0, 3.0]
+    >>> tracker_options(8 * 2.0, 8)["max_refresh_period"], tracker_options(8 * 2.0, 8)["min_refresh_period"]
+    (16.0, 4.0)
     """
-    return {
-        "default_refresh_period": TRACKER_REFRESH_ALONE,
-        "max_refresh_period": min(TRACKER_REFRESH_MAX, max(1.0, matchmaking_time)),
+    periods = {
+        "default_refresh_period": TRACKER_REFRESH_ALONE * factor,
+        "max_refresh_period": min(TRACKER_REFRESH_MAX * factor, max(1.0 * factor, matchmaking_time)),
     }
+    if factor == 1:
+        return periods
+    alone = {"min_refresh_period": TRACKER_REFRESH_ALONE * factor}
+    return {**alone, **periods, **tracker_metadata_expiration(factor)}
 
 
 def _join_dht(hivemind: Any, config: RunConfig) -> Any:
@@ -374,7 +408,10 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
         attempts += 1
         try:
             return hivemind.DHT(
-                start=True, host_maddrs=[config.listen], initial_peers=list(config.initial_peers) or None
+                start=True,
+                host_maddrs=[config.listen],
+                initial_peers=list(config.initial_peers) or None,
+                **dht_options(config.time_dilation),
             )
         except Exception as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
