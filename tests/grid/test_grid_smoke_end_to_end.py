@@ -91,6 +91,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     assert baseline["network"] is None  # no bandwidth to measure for one host
     summary = json.loads((results / ids[0] / "baseline" / "summary.json").read_text())
     assert summary["exit_reason"] == "max_steps" and summary["steps"] == baseline["settings"]["max_steps"]
+    _check_dilated(results, ids, experiments)
 
     report = trainer("report", str(results), "--out", str(tmp_path / "report"), timeout=600)
     assert report.returncode == 0, report.stderr
@@ -124,3 +125,30 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # every Hivemind run averaged at least once (how many rounds succeed depends on the machine's load)
     for experiment_id in ids[1:]:
         assert any(int(row["rounds_ok"]) > 0 for row in averaging if row["experiment_id"] == experiment_id)
+    # the report works in modelled time and says so (issue 25)
+    with open(out / "experiments.csv", newline="") as handle:
+        dilations = {row["experiment_id"]: float(row["time_dilation"]) for row in csv.DictReader(handle)}
+    assert dilations == pytest.approx(dict.fromkeys(ids, experiments[0]["time_dilation"]))
+    assert "Times and rates are modelled" in (out / "report.md").read_text()
+
+
+def _check_dilated(results: Path, ids: list[str], experiments: list[dict]) -> None:
+    """Issue 25: the grid's runs are dilated as a user's are by default (time_dilation=auto): 2 vCPUs of
+    modelled peers on the 1.75 cores this machine leaves them, D = 2 / 1.75 for both runs. The trainers got
+    D, the peers' links were shaped to the modelled 1 Gbit/s / D, and every summary gives modelled times."""
+    dilation = 2 / 1.75
+    assert [e["time_dilation"] for e in experiments] == pytest.approx([dilation] * 2)
+    hivemind = experiments[1]
+    for host, record in hivemind["hosts"].items():
+        assert record["modelled_bandwidth_mbit"] == 1000.0, host
+        assert record["bandwidth_mbit"] == pytest.approx(1000 / dilation, abs=0.01), host
+        assert "tbf" in record["link"]["qdisc"], record["link"]  # shaped for the run
+    for run_dir in (results / ids[0] / "baseline", *(results / ids[1] / host for host in hivemind["hosts"])):
+        config = json.loads((run_dir / "config.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert config["time_dilation"] == pytest.approx(dilation), run_dir
+        assert summary["time_dilation"] == pytest.approx(dilation), run_dir
+        modelled = summary["modelled"]
+        assert modelled["samples_per_second"] == pytest.approx(summary["samples_per_second"] * dilation)
+        step = summary["components"]["step_seconds"]["mean"]
+        assert modelled["components"]["step_seconds"]["mean"] == pytest.approx(step / dilation)
