@@ -62,6 +62,7 @@ METRICS: dict[str, str] = {
     "trainer_peers": "gauge",
     "trainer_collective_samples": "gauge",
     "trainer_target_batch_size": "gauge",
+    "trainer_time_dilation": "gauge",
     "trainer_start_timestamp_seconds": "gauge",
     "trainer_memory_bytes": "gauge",
     "trainer_run_info": "gauge",
@@ -103,6 +104,8 @@ _HELP = {
     "trainer_peers": "Live peers known to this peer, itself included (1 for the baseline)",
     "trainer_collective_samples": "Samples accumulated by all peers towards the target batch size",
     "trainer_target_batch_size": "Samples per Hivemind epoch (0 for the baseline)",
+    "trainer_time_dilation": "D: times slower this peer runs than the machine it models (1: undilated); "
+    "its times / D are the modelled machine's",
     "trainer_start_timestamp_seconds": "Unix time the start barrier released this peer (0 before)",
     "trainer_memory_bytes": "Memory of the trainer process by kind: rss (resident set, per step), "
     "parameters, gradients, optimizer_state (this process's share)",
@@ -154,6 +157,7 @@ class Telemetry:
         self._peers = bound["trainer_peers"]
         self._collective = bound["trainer_collective_samples"]
         self._tbs = bound["trainer_target_batch_size"]
+        self._dilation = bound["trainer_time_dilation"]
         self._start = bound["trainer_start_timestamp_seconds"]
         self._round_seconds = {}
         self._round_count = {}
@@ -201,6 +205,7 @@ class Telemetry:
         info = {label: _label_value(getattr(config, label)) for label in EXTRA_LABELS["trainer_run_info"]}
         self._families["trainer_run_info"].labels(**self.base_labels, **info).set(1)
         self._tbs.set(config.target_batch_size if config.strategy == "hivemind" else 0)
+        self._dilation.set(config.time_dilation)
 
     def set_start_timestamp(self, timestamp: float | None = None) -> None:
         self._start.set(time.time() if timestamp is None else timestamp)

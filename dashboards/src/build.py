@@ -361,6 +361,13 @@ def experiment() -> dict[str, Any]:
             targets((f"(trainer_start_timestamp_seconds{{{TRAINER}}} > 0) * 1000", "{{peer}}")),
             unit="dateTimeAsIso",
         ),
+        stat(
+            "Time dilation D",
+            "How many times slower each peer runs than the VM it models (docs/time-dilation.md). Times on "
+            "this dashboard are measured: divide them by D (and multiply rates by D) for the modelled VM's.",
+            targets((f"trainer_time_dilation{{{TRAINER}}}", "{{peer}}")),
+            unit="none",
+        ),
         table(
             "Run settings",
             "Settings of the run as reported by each peer (trainer_run_info).",

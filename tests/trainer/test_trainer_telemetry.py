@@ -26,6 +26,7 @@ DOCUMENTED = {
     "trainer_peers": "gauge",
     "trainer_collective_samples": "gauge",
     "trainer_target_batch_size": "gauge",
+    "trainer_time_dilation": "gauge",
     "trainer_start_timestamp_seconds": "gauge",
     "trainer_memory_bytes": "gauge",
     "trainer_run_info": "gauge",
@@ -84,7 +85,7 @@ def test_every_series_exists_at_zero_from_startup() -> None:
 
 def test_observations_reach_the_right_series() -> None:
     telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="hivemind")
-    telemetry.set_run_info(RunConfig(strategy="hivemind", target_batch_size=512))
+    telemetry.set_run_info(RunConfig(strategy="hivemind", target_batch_size=512, time_dilation=4.5))
     record = StepRecord(
         step=1,
         timestamp=1.0,
@@ -108,7 +109,7 @@ def test_observations_reach_the_right_series() -> None:
     assert value("trainer_steps_total", base) == 1 and value("trainer_samples_total", base) == 32
     assert value("trainer_loss", base) == 2.1 and value("trainer_hivemind_epoch", base) == 3
     assert value("trainer_peers", base) == 2 and value("trainer_collective_samples", base) == 96
-    assert value("trainer_target_batch_size", base) == 512
+    assert value("trainer_target_batch_size", base) == 512 and value("trainer_time_dilation", base) == 4.5
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "1.0"}) == 0
     assert value("trainer_optimizer_seconds_bucket", {**base, "le": "2.5"}) == 1
     # the step's blocking time on averaging, per step, beside the per-round all-reduce time
