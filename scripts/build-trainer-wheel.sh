@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build the trainer package's wheel reproducibly (same sources -> byte-identical wheel), so the trainer role
-# can ship it and reinstall only when the sources changed. Usage: build-trainer-wheel.sh SOURCE_DIR OUT_DIR
+# Build the trainer's wheel (packages trainer and experiment) reproducibly (same sources -> byte-identical
+# wheel), so the trainer role can ship it and reinstall only when the sources changed. Usage: build-trainer-wheel.sh SOURCE_DIR OUT_DIR
 # Prints the wheel's path.
 set -euo pipefail
 src=$(cd "${1:?source dir}" && pwd)
@@ -11,7 +11,8 @@ mkdir -p "$out"
 work=$(mktemp -d)
 staged=$(mktemp -d "$out/.build.XXXXXX") # on out's file system: the wheel appears there by an atomic rename
 trap 'rm -rf "$work" "$staged"' EXIT
-tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml trainer | tar -C "$work" -xf -
+# what runs on a VM: the trainer and the package it shares with the controller (not the controller itself)
+tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml trainer experiment | tar -C "$work" -xf -
 SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --no-deps --no-build-isolation \
   --wheel-dir "$staged" "$work" >&2
 wheel=$(basename "$staged"/testbed_trainer-*.whl)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
@@ -29,8 +30,13 @@ PLUGIN_GROUP = "testbed.commands"
 
 
 def _plugins() -> dict[str, str]:
-    """Command name: module, of every installed plugin command."""
-    return {entry.name: entry.value for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+    """Command name: module, of every plugin command whose package is installed (a VM's wheel carries the
+    trainer and the shared package only, not the controller: scripts/build-trainer-wheel.sh)."""
+    return {
+        entry.name: entry.value
+        for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP)
+        if importlib.util.find_spec(entry.value.split(".")[0]) is not None
+    }
 
 
 class OneLineParser(argparse.ArgumentParser):

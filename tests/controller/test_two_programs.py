@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import doctest
 import importlib
+import importlib.util
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,31 @@ def test_running_a_peer_loads_no_controller_code():
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_a_vms_wheel_carries_the_trainer_and_the_shared_package_only(tmp_path):
+    """What the trainer role ships to every VM (scripts/build-trainer-wheel.sh): no controller code."""
+    built = subprocess.run(
+        [str(REPO / "scripts" / "build-trainer-wheel.sh"), str(REPO), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    with zipfile.ZipFile(built.stdout.strip()) as wheel:
+        packages = {
+            name.split("/")[0] for name in wheel.namelist() if not name.split("/")[0].endswith("-info")
+        }
+    assert packages == {"trainer", "experiment"}
+
+
+def test_a_plugin_command_whose_package_is_absent_is_not_offered(monkeypatch):
+    """On a VM the controller's commands are registered (one distribution) but not installed."""
+    from trainer import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "controller" else real(name)
+    )
+    assert cli._plugins() == {}
+    commands = cli.build_parser([]).format_help().split("positional arguments:")[1]
+    assert "run" in commands and "grid" not in commands and "report" not in commands
