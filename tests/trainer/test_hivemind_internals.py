@@ -326,6 +326,7 @@ def _optimizer_state(
         tracker=SimpleNamespace(global_epoch=global_),
         scheduled_grads=control,
         matchmaking_time=0.5,
+        final_round_wait=hivemind_rounds.FINAL_ROUND_WAIT_SECONDS,
         others_done=others_done,
     )
     state._group_formed = MethodType(hivemind_rounds.instrumented_optimizer_class()._group_formed, state)

@@ -98,6 +98,8 @@ class HivemindStrategy:
         self._own_deadline: float | None = None  # bound on training on after request_stop
         self._stop_reason: str | None = None
         self._details: dict[str, Any] = {}
+        #: the strategy's own waits, in this peer's seconds (dilated in setup: trainer/dilation.py)
+        self._waits = {"tracker_sync": TRACKER_SYNC_SECONDS, "stop_read": STOP_READ_SECONDS}
 
     # ------------------------------------------------------------------ setup
 
