@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from controller.grid.status import is_true
-from experiment.results import STEPS_FILE, is_complete, read_config, read_rounds, read_steps, read_summary
+from experiment.results import (
+    ROUND_COLUMNS,
+    STEP_COLUMNS,
+    STEPS_FILE,
+    is_complete,
+    read_config,
+    read_rounds,
+    read_steps,
+    read_summary,
+)
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
 SETTING_KEYS = (
@@ -163,17 +172,7 @@ def load_experiment(path: Path) -> Experiment | None:
 
 
 #: steps.csv/rounds.csv columns in seconds; ``timestamp`` (Unix time) is rebased instead
-_DURATION_COLUMNS = (
-    "wall_seconds",
-    "data_seconds",
-    "compute_seconds",
-    "optimizer_seconds",
-    "averaging_seconds",
-    "step_seconds",
-    "matchmaking_seconds",
-    "allreduce_seconds",
-    "blocking_seconds",
-)
+_DURATION_COLUMNS = tuple(dict.fromkeys(c for c in (*STEP_COLUMNS, *ROUND_COLUMNS) if c.endswith("_seconds")))
 _FAULT_MOMENTS = ("started", "applied_at", "healed_at")
 
 
