@@ -58,8 +58,9 @@ def test_a_peer_joins_the_node_and_a_second_peer_reads_what_the_first_stored(tmp
 @pytest.mark.hivemind
 @pytest.mark.cluster
 def test_the_command_serves_until_sigterm_then_writes_its_record(tmp_path):
+    """Dilated, as the local cluster runs it: the record says by how much."""
     process = subprocess.Popen(
-        [*DHT_COMMAND, "--listen", "/ip4/127.0.0.1/tcp/0", "--results-dir", tmp_path],
+        [*DHT_COMMAND, "--listen", "/ip4/127.0.0.1/tcp/0", "--results-dir", tmp_path, "--time-dilation", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -75,7 +76,19 @@ def test_the_command_serves_until_sigterm_then_writes_its_record(tmp_path):
             process.kill()
     assert process.returncode == 0, output
     assert "DHT node stopped" in output
-    assert json.loads((tmp_path / dht_node.RECORD_FILE).read_text())["served_seconds"] > 0
+    record = json.loads((tmp_path / dht_node.RECORD_FILE).read_text())
+    assert record["served_seconds"] > 0 and record["time_dilation"] == 3, record
+
+
+@pytest.mark.parametrize("factor", ["0.5", "nan"])
+def test_a_dilation_below_one_is_one_error_before_anything_starts(tmp_path, factor):
+    completed = subprocess.run(
+        [*DHT_COMMAND, "--results-dir", tmp_path, "--time-dilation", factor],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("trainer: error: dht:") and "time_dilation" in completed.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_malformed_listen_address_is_one_error_before_anything_starts(tmp_path):
