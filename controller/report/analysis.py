@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.calibration import Calibration
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.faults import faults_table
@@ -42,15 +43,25 @@ class Analysis:
     bandwidth: float | None
     tables: dict[str, Table] = field(default_factory=dict)
     round_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the compute calibration behind each speedup's no-communication ceiling (controller/calibration.py)
+    calibration: Calibration | None = None
 
 
-def analyse(experiments: list[Experiment], *, target_loss: float | None, bandwidth: float | None) -> Analysis:
+def analyse(
+    experiments: list[Experiment],
+    *,
+    target_loss: float | None,
+    bandwidth: float | None,
+    calibration: Calibration | None = None,
+) -> Analysis:
     """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss.
-    `bandwidth` (bytes/s) None: each experiment's measured value from experiment.json, if any."""
+    `bandwidth` (bytes/s) None: each experiment's measured value from experiment.json, if any.
+    `calibration`: the compute calibration the speedups' ceilings come from (none: no ceilings)."""
     curves = {e.experiment_id: loss_curve(e) for e in experiments}
     group_targets = default_targets(experiments, curves)
     targets = {e.experiment_id: target_for(e, group_targets, target_loss) for e in experiments}
     analysis = Analysis(experiments, curves, targets, model_bytes(experiments), bandwidth)
+    analysis.calibration = calibration
     rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)
@@ -136,6 +147,7 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 "peers": e.peer_count,
                 "samples_per_second": rows[e.experiment_id]["samples_per_second"],
                 "throughput_speedup": speedup,
+                "ceiling_speedup": None if e.is_baseline else targets[e.experiment_id]["ceiling_speedup"],
                 "efficiency": speedup / e.peer_count if speedup is not None else None,
                 "time_to_target_speedup": None if e.is_baseline else targets[e.experiment_id]["speedup"],
                 "communication_share": shares[e.experiment_id]["averaging_share"],
@@ -146,7 +158,13 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     table.sort(key=lambda row: (row["strategy"] != "baseline", row["strategy"], row["peers"]))
     columns = (
         *("experiment_id", "strategy", "setting", "peers", "samples_per_second", "throughput_speedup"),
-        *("efficiency", "time_to_target_speedup", "communication_share", "peak_rss_mb_max"),
+        *(
+            "ceiling_speedup",
+            "efficiency",
+            "time_to_target_speedup",
+            "communication_share",
+            "peak_rss_mb_max",
+        ),
         "optimizer_state_mb_max",
     )
     title = (
@@ -193,14 +211,34 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
                 "speedup": speedup,
                 "scaling_efficiency": efficiency,
                 "throughput_speedup": rate / median(base_rates) if rate and base_rates else None,
+                "ceiling_speedup": ceiling_speedup(analysis.calibration, e, matching),
             }
         )
     columns = (
         *("experiment_id", "setting", "batch_size", "learning_rate", "target_loss", "baselines"),
         *("baseline_time_s", "baseline_time_min_s", "baseline_time_max_s", "hivemind_time_s"),
-        *("speedup", "scaling_efficiency", "throughput_speedup"),
+        *("speedup", "scaling_efficiency", "throughput_speedup", "ceiling_speedup"),
     )
     return _table("time_to_target", "Time to target loss, speedup and scaling efficiency", table, columns)
+
+
+def ceiling_speedup(
+    calibration: Calibration | None, e: Experiment, baselines: list[Experiment]
+) -> float | None:
+    """The throughput speedup `e` would reach if averaging cost nothing: its peers' calibrated samples/s
+    (each at its own vCPUs, experiment.json's hosts) over the median baseline's (issue #33)."""
+    if calibration is None or not baselines:
+        return None
+    model, batch_size = e.settings.get("model"), e.settings.get("batch_size")
+    if not isinstance(model, str) or not isinstance(batch_size, int):
+        return None
+    peer_vcpus = [host.get("vcpus") for host in e.hosts.values()] or [e.settings.get("vcpus")] * e.peer_count
+    ceilings = [
+        calibration.ceiling(model, batch_size, peer_vcpus, b.settings.get("vcpus"))
+        for b in baselines
+        if None not in peer_vcpus and b.settings.get("vcpus") is not None
+    ]
+    return median([c for c in ceilings if c is not None])
 
 
 def breakdown_row(e: Experiment) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
+from controller.calibration import load as load_calibration
 from controller.report.analysis import Analysis, analyse, preprocessing_factors
 from controller.report.data import load_experiments
 from controller.report.metrics import __doc__ as DEFINITIONS
@@ -57,6 +59,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(default: per batch size and LR, the baselines' worst final loss)",
     )
     parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=DEFAULT_CALIBRATION,
+        help="compute calibration for the speedups' no-communication ceilings (benchmarks/thread_scaling.py "
+        "writes one; default: the shipped 16-core machine's)",
+    )
+    parser.add_argument(
         "--bandwidth",
         help="link bandwidth B for the averaging lower bound, e.g. 1Gbit or 125MB (per second); default: the "
         "value measured into experiment.json (network.bandwidth_bytes_per_second), else no bound",
@@ -70,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--target-loss must be positive (got {args.target_loss})")
         if not args.results_dir.is_dir():
             raise ValueError(f"results directory not found: {args.results_dir}")
+        calibration = load_calibration(args.calibration)
         experiments = load_experiments(args.results_dir)
         if not experiments:
             raise ValueError(
@@ -80,7 +90,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     out = args.out or args.results_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    analysis = analyse(experiments, target_loss=args.target_loss, bandwidth=bandwidth)
+    analysis = analyse(
+        experiments, target_loss=args.target_loss, bandwidth=bandwidth, calibration=calibration
+    )
     report = write_report(analysis, out, args.results_dir)
     print(f"report: {report} ({len(experiments)} experiments)")
     return 0
@@ -119,6 +131,14 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         lines += [
             f"Times and rates are modelled (time-dilated runs, D = {', '.join(dilated)}; `time_dilation` in "
             "`experiments.csv`): measured durations / D, the link and samples/s x D (docs/time-dilation.md).",
+            "",
+        ]
+    if analysis.calibration is not None:
+        lines += [
+            "Ceilings (`ceiling_speedup`): the throughput speedup with averaging for free, the peers' "
+            "samples/s summed over the baseline's, from the compute calibration "
+            f"{analysis.calibration.describe()}; "
+            "blank where it has no rate for the model, batch size or vCPUs (docs/compute-calibration.md).",
             "",
         ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())

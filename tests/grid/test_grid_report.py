@@ -13,6 +13,7 @@ import pytest
 from grid_support import RUN_SETTINGS as SETTINGS
 from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
+from controller.calibration import KIND
 from controller.report.command import parse_bandwidth
 from controller.report.metrics import bandwidth_bound
 from experiment.results import read_summary
@@ -151,10 +152,21 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
     write_experiment_json(hivemind, strategy="hivemind", peers=2, settings=settings, complete=True)
     target = 2.25
     out = tmp_path / "report"
+    # issue 33: a compute calibration in which a one-vCPU process trains at 100 samples/s
+    calibration = tmp_path / "calibration.json"
+    rates = [
+        {"model": "smallcnn", "batch_size": SETTINGS["batch_size"], "threads": 1, "samples_per_second": 100}
+    ]
+    calibration.write_text(json.dumps({"kind": KIND, "measured_on": {"cores": 2}, "rates": rates}))
     completed = trainer(
-        "report", str(results), "--out", str(out), "--target-loss", str(target), "--bandwidth", "1Gbit"
+        *("report", str(results), "--out", str(out), "--target-loss", str(target), "--bandwidth", "1Gbit"),
+        *("--calibration", str(calibration)),
     )
     assert completed.returncode == 0, completed.stderr
+    # the ceiling beside the speedups: two one-vCPU peers over a one-vCPU baseline, averaging for free
+    assert float(rows_by_id(out / "time_to_target.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
+    assert float(rows_by_id(out / "strategies.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
+    assert f"from the compute calibration {calibration}" in (out / "report.md").read_text()
 
     # averaging per round, by hand from both peers' rounds.csv
     rounds = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "rounds.csv")]

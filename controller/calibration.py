@@ -1,0 +1,150 @@
+"""Compute calibrations: samples/s of one training process against its threads (issue #33).
+
+Real cores do not add up: on a 16-core machine sixteen threads train ResNet18 at BS 32 about 5x as fast as
+one, not 16x. A calibration records what a machine's processes reach at each thread count, all cores busy and
+every process pinned to its own cores (``benchmarks/thread_scaling.py`` measures one). The controller reads
+it to give each modelled VM the compute its vCPUs really deliver, not vCPUs x one core's rate.
+
+A calibration file (JSON)::
+
+    {"kind": "testbed-thread-scaling",
+     "measured_on": {"cores": 16, "cpu_model": "...", "torch": "2.14.1", "date": "2026-11-20", "note": "..."},
+     "method": "...",
+     "rates": [{"model": "resnet18", "batch_size": 32, "threads": 1, "processes": 16,
+                "samples_per_second": 131.0, "source": "trainer"}, ...]}
+
+The project ships one measured on a 16-core machine (``controller/calibrations/default.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KIND = "testbed-thread-scaling"
+DEFAULT = Path(__file__).resolve().parent / "calibrations" / "default.json"
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used, with what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    path: str
+    measured_on: dict[str, Any]
+    method: str
+    # (model, batch_size) -> {threads: samples/s per process}
+    rates: dict[tuple[str, int], dict[int, float]]
+
+    def speedup(self, model: str, batch_size: int, threads: int) -> float:
+        """Samples/s of a process with ``threads`` threads over a one-thread process's, same model and batch.
+
+        >>> calibration = load(DEFAULT)
+        >>> round(calibration.speedup("resnet18", 32, 16), 2)
+        5.44
+        >>> calibration.speedup("resnet18", 32, 1)
+        1.0
+        """
+        curve = self.curve(model, batch_size)
+        if threads not in curve:
+            known = ", ".join(str(t) for t in sorted(curve))
+            raise CalibrationError(f"{self.path}: {model} at batch size {batch_size} has no rate for "
+                                   f"{threads} threads (it has {known})")  # fmt: skip
+        if 1 not in curve:
+            raise CalibrationError(f"{self.path}: {model} at batch size {batch_size} has no one-thread rate")
+        return curve[threads] / curve[1]
+
+    def rate(self, model: str, batch_size: int, vcpus: float) -> float | None:
+        """Samples/s of one process on ``vcpus`` cores, or None where the calibration has no such rate."""
+        if vcpus != int(vcpus):
+            return None
+        return self.rates.get((model, batch_size), {}).get(int(vcpus))
+
+    def ceiling(
+        self, model: str, batch_size: int, peer_vcpus: list[float], baseline_vcpus: float
+    ) -> float | None:
+        """The no-communication ceiling of a speedup: the peers' calibrated samples/s summed over the
+        baseline's, as if averaging cost nothing (None where a rate is missing).
+
+        >>> calibration = load(DEFAULT)
+        >>> round(calibration.ceiling("resnet18", 32, [1] * 16, 16), 2)  # 16 one-vCPU peers, 16-vCPU baseline
+        2.94
+        >>> round(calibration.ceiling("resnet18", 32, [8, 8], 16), 2)
+        1.56
+        """
+        peers = [self.rate(model, batch_size, vcpus) for vcpus in peer_vcpus]
+        baseline = self.rate(model, batch_size, baseline_vcpus)
+        if not peers or baseline is None or any(rate is None for rate in peers):
+            return None
+        return sum(peers) / baseline
+
+    def describe(self) -> str:
+        """Where the rates come from, in a line."""
+        on = self.measured_on
+        parts = [f"{on['cores']} cores" if "cores" in on else None, on.get("cpu_model"), on.get("date")]
+        return f"{self.path} (measured on {', '.join(str(p) for p in parts if p) or 'an unnamed machine'})"
+
+    def curve(self, model: str, batch_size: int) -> dict[int, float]:
+        """threads -> samples/s per process for ``model`` at ``batch_size``."""
+        try:
+            return self.rates[(model, batch_size)]
+        except KeyError:
+            known = ", ".join(f"{m} at {b}" for m, b in sorted(self.rates))
+            raise CalibrationError(
+                f"{self.path}: no rates for {model} at batch size {batch_size} (it has {known})"
+            ) from None
+
+
+def load(path: str | Path) -> Calibration:
+    """Read and check a calibration file; CalibrationError names the file and the first problem."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CalibrationError(f"{path}: not a readable JSON file ({exc})") from None
+    return parse(document, str(path))
+
+
+def parse(document: Any, name: str = "calibration") -> Calibration:
+    """A Calibration from the parsed JSON ``document`` (``name`` in the errors).
+
+    >>> try:
+    ...     parse({"kind": KIND, "measured_on": {}, "rates": [
+    ...         {"model": "m", "batch_size": 8, "threads": 2, "samples_per_second": -1}]})
+    ... except CalibrationError as error:
+    ...     print(error)
+    calibration: rates[0]: samples_per_second must be > 0 (got -1)
+    """
+    if not isinstance(document, dict) or document.get("kind") != KIND:
+        raise CalibrationError(f'{name}: not a calibration (its "kind" must be {KIND!r})')
+    rows = document.get("rates")
+    if not isinstance(rows, list) or not rows:
+        raise CalibrationError(f'{name}: "rates" must be a non-empty list')
+    rates: dict[tuple[str, int], dict[int, float]] = {}
+    for index, row in enumerate(rows):
+        where = f"{name}: rates[{index}]"
+        if not isinstance(row, dict):
+            raise CalibrationError(f"{where}: must be an object")
+        model, batch, threads, rate = (
+            row.get(k) for k in ("model", "batch_size", "threads", "samples_per_second")
+        )
+        if not isinstance(model, str) or not model:
+            raise CalibrationError(f"{where}: model must be a name (got {model!r})")
+        for field, value in (("batch_size", batch), ("threads", threads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CalibrationError(f"{where}: {field} must be an integer >= 1 (got {value!r})")
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
+            raise CalibrationError(f"{where}: samples_per_second must be > 0 (got {rate!r})")
+        curve = rates.setdefault((model, batch), {})
+        if threads in curve:
+            raise CalibrationError(
+                f"{where}: a second rate for {model} at batch size {batch}, {threads} threads"
+            )
+        curve[threads] = float(rate)
+    measured_on = document.get("measured_on")
+    if not isinstance(measured_on, dict):
+        raise CalibrationError(f'{name}: "measured_on" must say which machine (an object)')
+    return Calibration(name, measured_on, str(document.get("method", "")), rates)
