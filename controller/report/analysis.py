@@ -11,6 +11,7 @@ from controller.calibration import Calibration
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.faults import faults_table
+from controller.report.intervals import comparisons_table, repeats_table
 from controller.report.metrics import (
     Table,
     bandwidth_bound,
@@ -77,6 +78,8 @@ def analyse(
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["preprocessing"] = _preprocessing(analysis, rows)
+    analysis.tables["repeats"] = repeats_table(experiments, rows)
+    analysis.tables["comparisons"] = comparisons_table(experiments, rows)
     return analysis
 
 

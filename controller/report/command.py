@@ -21,6 +21,7 @@ from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
 from controller.report.analysis import Analysis, analyse, preprocessing_factors
 from controller.report.data import load_experiments
+from controller.report.intervals import verdict_lines
 from controller.report.metrics import __doc__ as DEFINITIONS
 
 _BANDWIDTH = re.compile(
@@ -158,6 +159,12 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _section(analysis, "time_to_target"),
         _section(analysis, "strategies"),
+        "## Repeats, intervals and verdicts",
+        "",
+        *(f"- {line}" for line in verdict_lines(analysis.tables["comparisons"], analysis.tables["repeats"])),
+        "",
+        _section(analysis, "comparisons", heading=False),
+        _section(analysis, "repeats", heading=False),
         "## Step-time breakdown",
         "",
         f"![breakdown]({breakdown.name})",

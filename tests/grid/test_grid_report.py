@@ -96,6 +96,20 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     assert times["experiments"] == "2"  # both repeats listed, not hidden in a mean
     assert len(times["values"].split()) == 2
 
+    # issue 26: the two repeats of LR 0.01 get an interval of their samples/s; the single run at 0.002 none
+    repeats = {row["setting"]: row for row in read_csv(out / "repeats.csv")}
+    repeated = repeats["baseline bs16 lr0.01"]
+    rates = [
+        float(rows_by_id(out / "experiments.csv")[name]["samples_per_second"])
+        for name in ("base-lr0p01-r1", "base-lr0p01-r2")
+    ]
+    assert repeated["repeats"] == "2"
+    assert float(repeated["samples_per_second_median"]) == pytest.approx(statistics.median(rates))
+    low, high = float(repeated["samples_per_second_ci_low"]), float(repeated["samples_per_second_ci_high"])
+    assert min(rates) - 1e-6 <= low <= high <= max(rates) + 1e-6
+    assert repeats["baseline bs16 lr0.002"]["samples_per_second_ci_low"] == ""
+    assert "## Repeats, intervals and verdicts" in report and "`repeats.csv`" in report
+
 
 def test_default_target_is_the_baselines_worst_final_loss(baseline_results, tmp_path):
     completed = trainer("report", str(baseline_results), "--out", str(tmp_path))
@@ -167,6 +181,10 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
     assert float(rows_by_id(out / "time_to_target.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
     assert float(rows_by_id(out / "strategies.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
     assert f"from the compute calibration {calibration}" in (out / "report.md").read_text()
+    # issue 26: one Hivemind run against two baselines: a ratio, but no interval or verdict without repeats
+    (row,) = read_csv(out / "comparisons.csv")
+    assert (row["repeats"], row["baseline_repeats"]) == ("1", "2")
+    assert row["throughput_ci_low"] == "" and row["throughput_verdict"] == "needs repeats"
 
     # averaging per round, by hand from both peers' rounds.csv
     rounds = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "rounds.csv")]

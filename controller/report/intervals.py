@@ -1,0 +1,201 @@
+"""Repeats, intervals and verdicts (issue #26): numbers a study can publish.
+
+On a shared machine identical runs differ by 11-24 % (docs/fair-cpu.md), so a single run cannot tell a real
+difference from noise. Per setting (the experiments that are repeats of each other), this module gives the
+median, min-max, a 95 % bootstrap confidence interval of the mean (``scipy.stats.bootstrap``, percentile
+method, a fixed seed so a report is reproducible) and, from 5 repeats, MLPerf's trimmed mean (the fastest and
+slowest dropped). Each comparison with the baselines gets the speedup's interval, from resampling both sides,
+and a verdict: beyond the noise where the interval excludes 1, within it where it does not, "needs repeats"
+where either side has a single run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from controller.report.data import Experiment
+from controller.report.metrics import Table
+
+CONFIDENCE = 0.95
+RESAMPLES = 4999
+SEED = 26  # the issue's number: any fixed seed makes the intervals reproducible
+TRIMMED_FROM = 5  # repeats from which MLPerf's trimmed mean is given
+METRICS = ("samples_per_second", "time_to_target_seconds")
+
+
+def bootstrap_interval(
+    samples: Sequence[Sequence[float]], statistic: Callable[..., float]
+) -> tuple[float, float] | None:
+    """The 95 % percentile-bootstrap interval of ``statistic`` over ``samples`` (each resampled on its own);
+    None where a sample has fewer than 2 values or every resample gives the same value.
+
+    >>> low, high = bootstrap_interval([[10.0, 11.0, 12.0, 13.0]], lambda x: sum(x) / len(x))
+    >>> 10.0 <= low < 11.5 < high <= 13.0
+    True
+    >>> bootstrap_interval([[10.0]], lambda x: x[0]) is None
+    True
+    """
+    if any(len(sample) < 2 for sample in samples) or not samples:
+        return None
+    from scipy.stats import bootstrap
+
+    result = bootstrap(
+        tuple(list(sample) for sample in samples),
+        statistic,
+        n_resamples=RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=False,
+        paired=False,
+        rng=SEED,
+    )
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if not (low == low and high == high):  # NaN: a degenerate resample distribution
+        return None
+    return low, high
+
+
+def trimmed_mean(values: Sequence[float]) -> float | None:
+    """MLPerf's: the fastest and slowest dropped, the rest averaged (from 5 values; None below).
+
+    >>> trimmed_mean([1.0, 2.0, 3.0, 4.0, 100.0])
+    3.0
+    """
+    if len(values) < TRIMMED_FROM:
+        return None
+    return statistics.fmean(sorted(values)[1:-1])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _ratio_of_means(numerator: Sequence[float], denominator: Sequence[float]) -> float:
+    return _mean(numerator) / _mean(denominator)
+
+
+def verdict(interval: tuple[float, float] | None, *, faster: str = "faster", slower: str = "slower") -> str:
+    """In words, for a ratio's interval: beyond the noise where it excludes 1.
+
+    >>> verdict((1.2, 1.6)), verdict((0.9, 1.3)), verdict(None)
+    ('faster beyond the noise', 'within the noise', 'needs repeats')
+    """
+    if interval is None:
+        return "needs repeats"
+    if interval[0] > 1:
+        return f"{faster} beyond the noise"
+    if interval[1] < 1:
+        return f"{slower} beyond the noise"
+    return "within the noise"
+
+
+def _values(group: list[Experiment], rows: dict[str, dict[str, Any]], metric: str) -> list[float]:
+    return [float(v) for e in group if (v := rows[e.experiment_id].get(metric)) is not None]
+
+
+def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]) -> Table:
+    """Per setting: its repeats' samples/s and time to target, median, min-max, interval, trimmed mean."""
+    groups: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
+    for e in experiments:
+        groups[e.setting_key()].append(e)
+    table = []
+    for group in groups.values():
+        row: dict[str, Any] = {
+            "setting": group[0].label(),
+            "strategy": group[0].strategy,
+            "repeats": len(group),
+        }
+        for metric in METRICS:
+            values = _values(group, rows, metric)
+            interval = bootstrap_interval([values], _mean)
+            row.update(
+                {
+                    f"{metric}_median": statistics.median(values) if values else None,
+                    f"{metric}_min": min(values, default=None),
+                    f"{metric}_max": max(values, default=None),
+                    f"{metric}_ci_low": interval[0] if interval else None,
+                    f"{metric}_ci_high": interval[1] if interval else None,
+                    f"{metric}_trimmed_mean": trimmed_mean(values),
+                }
+            )
+        table.append(row)
+    columns = ("setting", "strategy", "repeats") + tuple(
+        f"{metric}_{part}"
+        for metric in METRICS
+        for part in ("median", "min", "max", "ci_low", "ci_high", "trimmed_mean")
+    )
+    title = "Repeats: per setting, median, min-max and a 95 % bootstrap interval of the mean"
+    return Table("repeats", title, columns, table)
+
+
+def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]) -> Table:
+    """Every non-baseline setting against the baselines it is compared with (same model, data, batch size and
+    LR): the throughput and time-to-target speedups (ratios of the means), their intervals and verdicts."""
+    baselines: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
+    settings: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
+    for e in experiments:
+        (baselines[e.comparison_key()] if e.is_baseline else settings[e.setting_key()]).append(e)
+    table = []
+    for group in settings.values():
+        base = baselines.get(group[0].comparison_key(), [])
+        if not base:
+            continue
+        row: dict[str, Any] = {
+            "setting": group[0].label(),
+            "repeats": len(group),
+            "baseline_repeats": len(base),
+        }
+        rates = (_values(group, rows, "samples_per_second"), _values(base, rows, "samples_per_second"))
+        # time to target: the baseline's time over this setting's (a speedup > 1 is faster)
+        times = (
+            _values(base, rows, "time_to_target_seconds"),
+            _values(group, rows, "time_to_target_seconds"),
+        )
+        for name, (numerator, denominator) in (("throughput", rates), ("time_to_target", times)):
+            point = _ratio_of_means(numerator, denominator) if numerator and denominator else None
+            interval = bootstrap_interval([numerator, denominator], _ratio_of_means)
+            row.update(
+                {
+                    f"{name}_speedup": point,
+                    f"{name}_ci_low": interval[0] if interval else None,
+                    f"{name}_ci_high": interval[1] if interval else None,
+                    f"{name}_verdict": verdict(interval) if point is not None else "no data",
+                }
+            )
+        table.append(row)
+    columns = ("setting", "repeats", "baseline_repeats") + tuple(
+        f"{name}_{part}"
+        for name in ("throughput", "time_to_target")
+        for part in ("speedup", "ci_low", "ci_high", "verdict")
+    )
+    title = "Against the baselines: speedups with 95 % intervals (both sides resampled) and verdicts"
+    return Table("comparisons", title, columns, table)
+
+
+def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
+    """The report's sentences: one per comparison, and what to do when nothing was repeated."""
+    lines = []
+    if repeats.rows and all(row["repeats"] < 2 for row in repeats.rows):
+        lines.append(
+            "Intervals need repeats: every setting here ran once (a grid block's `repeats:`, or "
+            "`trainer grid --repeat N`); the speedups below are single ratios of noisy numbers."
+        )
+    if not comparisons.rows:
+        lines.append("No comparison: no baseline shares a setting's model, data, batch size and LR.")
+    for row in comparisons.rows:
+        for name, words in (("throughput", "samples/s"), ("time_to_target", "time to target")):
+            if row[f"{name}_speedup"] is None:
+                continue
+            interval = (
+                f" (95 % interval {row[f'{name}_ci_low']:.2f}-{row[f'{name}_ci_high']:.2f})"
+                if row[f"{name}_ci_low"] is not None
+                else ""
+            )
+            lines.append(
+                f"{row['setting']} against its baselines, {words}: {row[f'{name}_speedup']:.2f}x{interval}, "
+                f"{row[f'{name}_verdict']} ({row['repeats']} vs {row['baseline_repeats']} runs)."
+            )
+    return lines
