@@ -20,6 +20,10 @@ values (for keys the block does not set) and the block's derived values are eval
 Expressions (controller/grid/expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
 whose strategy is ``baseline`` are the baselines the report compares the others with.
 
+Repeats are independent samples, not copies: where a block sets no ``seed``, repeat r runs with seed r - 1
+(model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
+not include this seed, so a grid's ids stay the same.
+
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
 ...), so an interrupted grid has covered as many settings as possible.
 """
@@ -217,8 +221,11 @@ def _expand_block(
             except VarError as error:
                 where.fail(key, f"{error} (run {label or 'of the block'})")
             ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings}
+            identity = experiment_id(ordered, repeat)
+            if "seed" not in ordered:  # each repeat its own seed (issue #26), outside the id
+                ordered["seed"] = repeat - 1
             index = offset + len(runs) + 1
-            runs.append(Run(index, name, repeat, ordered, experiment_id(ordered, repeat)))
+            runs.append(Run(index, name, repeat, ordered, identity))
     return runs, name
 
 

@@ -143,8 +143,9 @@ def test_smoke_grid_is_2_baselines_and_2_hivemind_runs():
     grid = load_grid(SMOKE)
     assert grid.totals() == {"baseline": 2, "hivemind": 2}
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
-    assert baselines[0].settings == baselines[1].settings
-    assert [run.repeat for run in baselines] == [1, 2]
+    first, second = ({k: v for k, v in run.settings.items() if k != "seed"} for run in baselines)
+    assert first == second  # the same setting ...
+    assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1)]  # ... seeded apart
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
     for run in grid.runs:  # same samples in every experiment
@@ -157,16 +158,13 @@ def test_ids_are_deterministic_and_valid_for_the_playbook():
     for run in first.runs:
         assert _SAFE_ID.match(run.experiment_id), run.experiment_id
         assert "." not in run.experiment_id  # Hivemind refuses '.' in the run id (its DHT prefix)
-        assert run.experiment_id == experiment_id(run.settings, run.repeat)
+        unseeded = {k: v for k, v in run.settings.items() if k != "seed"}  # the grid sets no seed
+        assert run.experiment_id == experiment_id(unseeded, run.repeat)
     # integral floats and ints are the same setting
-    assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == experiment_id(
-        parse_grid(
-            {"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]}, path=Path("x.yml")
-        )
-        .runs[0]
-        .settings,
-        1,
-    )
+    (run,) = parse_grid(
+        {"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]}, path=Path("x.yml")
+    ).runs
+    assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == run.experiment_id
 
 
 def test_repeat_and_only_select_runs():
@@ -187,6 +185,30 @@ def test_repeat_and_only_select_runs():
         "grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3"
     )
     assert hivemind.stdout.splitlines()[-1].startswith("total: 18 runs (18 hivemind runs)")
+
+
+def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
+    """Issue 26: repeats are independent samples; the seed stays out of the id, so ids do not change."""
+    path = tmp_path / "g.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "fixed": {"strategy": "baseline", "peers": 1},
+                "blocks": [
+                    {"name": "free", "repeats": 3},
+                    {"name": "pinned", "repeats": 2, "fixed": {"seed": 7}},
+                ],
+            }
+        )
+    )
+    runs = load_grid(path).runs
+    assert [(run.block, run.settings["seed"]) for run in runs] == [
+        ("free", 0), ("free", 1), ("free", 2), ("pinned", 7), ("pinned", 7),
+    ]  # fmt: skip
+    free = [run for run in runs if run.block == "free"]
+    unseeded = {k: v for k, v in free[1].settings.items() if k != "seed"}
+    assert free[1].experiment_id == experiment_id(unseeded, 2)
+    assert len({run.experiment_id for run in runs}) == len(runs)
 
 
 BASE = {"name": "g", "blocks": [{"name": "b", "fixed": {"strategy": "baseline", "peers": 1}}]}
