@@ -61,8 +61,9 @@ def analyse(
     curves = {e.experiment_id: loss_curve(e) for e in experiments}
     group_targets = default_targets(experiments, curves)
     targets = {e.experiment_id: target_for(e, group_targets, target_loss) for e in experiments}
-    analysis = Analysis(experiments, curves, targets, model_bytes(experiments), bandwidth)
-    analysis.calibration = calibration
+    analysis = Analysis(
+        experiments, curves, targets, model_bytes(experiments), bandwidth, calibration=calibration
+    )
     rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)

@@ -69,15 +69,11 @@ def trimmed_mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(sorted(values)[1:-1])
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def _ratio_of_means(numerator: Sequence[float], denominator: Sequence[float]) -> float:
-    return _mean(numerator) / _mean(denominator)
+    return statistics.fmean(numerator) / statistics.fmean(denominator)
 
 
-def verdict(interval: tuple[float, float] | None, *, faster: str = "faster", slower: str = "slower") -> str:
+def verdict(interval: tuple[float, float] | None) -> str:
     """In words, for a ratio's interval: beyond the noise where it excludes 1.
 
     >>> verdict((1.2, 1.6)), verdict((0.9, 1.3)), verdict(None)
@@ -86,9 +82,9 @@ def verdict(interval: tuple[float, float] | None, *, faster: str = "faster", slo
     if interval is None:
         return "needs repeats"
     if interval[0] > 1:
-        return f"{faster} beyond the noise"
+        return "faster beyond the noise"
     if interval[1] < 1:
-        return f"{slower} beyond the noise"
+        return "slower beyond the noise"
     return "within the noise"
 
 
@@ -110,7 +106,7 @@ def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]
         }
         for metric in METRICS:
             values = _values(group, rows, metric)
-            interval = bootstrap_interval([values], _mean)
+            interval = bootstrap_interval([values], statistics.fmean)
             row.update(
                 {
                     f"{metric}_median": statistics.median(values) if values else None,
