@@ -7,14 +7,13 @@ ends Hivemind's children (DHT, averagers, p2pd) with it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from controller.thread_scaling import start_pinned, stop_all, wait_all  # noqa: F401 (the benchmarks' helpers)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,24 +30,8 @@ def free_port() -> int:
 
 
 def start(command: list[str], log_path: Path, cores: list[int] | None = None) -> subprocess.Popen:
-    """Start one process, logging to ``log_path``; pinned to ``cores`` (threads to match) when given."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    if cores:  # as the trainer unit sets them (roles/trainer_service): threads, and idle threads sleep
-        threads = str(len(cores))
-        env.update(
-            OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, GOMAXPROCS=threads, OMP_WAIT_POLICY="PASSIVE"
-        )
-    with log_path.open("w") as log:
-        return subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: Hivemind's children go with it
-            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
-        )
+    """Start one process from the repository, logging to ``log_path``; pinned to ``cores`` when given."""
+    return start_pinned(command, log_path, cores, cwd=REPO)
 
 
 def wait_for_multiaddr(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:
@@ -61,22 +44,3 @@ def wait_for_multiaddr(path: Path, process: subprocess.Popen, timeout: float = 1
             raise RuntimeError(f"the bootstrap peer exited ({process.returncode}) before writing {path}")
         time.sleep(0.2)
     raise RuntimeError(f"no multiaddr in {path} after {timeout} s")
-
-
-def wait_all(processes: list[subprocess.Popen], timeout: float) -> bool:
-    """Wait until every process exited or ``timeout`` passed; True when all exited in time."""
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in processes):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.5)
-    return True
-
-
-def stop_all(processes: list[subprocess.Popen]) -> None:
-    """SIGKILL every process group (a no-op for those that already exited and took their children along)."""
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    for process in processes:
-        process.wait()

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
+from controller.thread_scaling import core_blocks  # noqa: E402
 from experiment.results import read_rounds, read_summary  # noqa: E402
 
 
@@ -66,15 +67,6 @@ def plan(total: int, peer_counts: list[int], local_updates: list[bool]) -> list[
             name = f"p{peers}-lu{'on' if updates else 'off'}"
             configurations.append(Configuration(name, "hivemind", peers, cores, local_updates=updates))
     return configurations
-
-
-def core_blocks(peers: int, cores_per_peer: int, available: list[int]) -> list[list[int]]:
-    """Disjoint blocks of cores, one per peer.
-
-    >>> core_blocks(4, 2, list(range(8)))
-    [[0, 1], [2, 3], [4, 5], [6, 7]]
-    """
-    return [available[i * cores_per_peer : (i + 1) * cores_per_peer] for i in range(peers)]
 
 
 def trainer_args(

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
+from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
+from controller.calibration import CalibrationError
+from controller.calibration import load as load_calibration
 from experiment.variables import DATA_PARALLEL_FIELDS, DILATION_WORDS, HIVEMIND_FIELDS, TRAINER_FIELDS
 from experiment.variables import VARIABLES as DEFINITION
 
@@ -250,16 +254,30 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     settings["experiment_id"] = experiment_id
 
     plan: dict[str, dict[str, Any]] = {}
-    scale, dilation = 1.0, 1.0
+    scale, dilation, compute, local_rate_needed = 1.0, 1.0, None, None
     if not errors:
         total = sum(declared.values())
         # Locally the peers share this machine by CFS quota only, no pinning: equal peers get equal CPU
         # wherever the scheduler runs them, and a reserve stays for Ceph, Prometheus and the controller
         # (docs/fair-cpu.md has the measurements behind this).
         budget = max(host_cores - LOCAL_INFRA_RESERVE_CORES, 0.1 * host_cores)
-        scale, dilation = _cpu_scale(settings["time_dilation"], local, total, budget, errors)
+        if local and settings["time_dilation"] != "off":
+            compute, local_rate_needed = _calibrated_compute(settings, declared, inventory, warnings, errors)
+        if compute:
+            dilation = _calibrated_dilation(settings["time_dilation"], compute, budget, errors)
+        else:
+            scale, dilation = _cpu_scale(settings["time_dilation"], local, total, budget, errors)
     if not errors:
-        if local and scale < 1.0 and dilation > 1.0:
+        if compute:
+            warnings.append(
+                f"the {count} containers stand for {total} vCPUs on this machine's {host_cores} cores "
+                f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets the CPU that makes it "
+                f"train at its vCPUs' calibrated rate / D ({compute['calibration']}; here one thread trains "
+                f"{compute['local_one_thread_rate']:g} samples/s), and every time setting, fault time and "
+                f"link is dilated by D = {dilation:.2f}: modelled times are the measured ones / D "
+                "(docs/compute-calibration.md)"
+            )
+        elif local and scale < 1.0 and dilation > 1.0:
             warnings.append(
                 f"the {count} containers stand for {total} vCPUs on this machine's {host_cores} cores "
                 f"({LOCAL_INFRA_RESERVE_CORES} kept for the infrastructure): each gets --cpus scaled by "
@@ -277,6 +295,16 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             vcpus = declared[host]
             cpus_limit = round(vcpus * scale, 3) if local else float(vcpus)
             threads = max(1, min(vcpus, math.ceil(cpus_limit), host_cores if local else vcpus))
+            rates = {}
+            if compute:  # one thread at the share of a core that gives the calibrated rate / D
+                modelled = compute["modelled_rates"][host]
+                local_rate = modelled / dilation
+                cpus_limit = round(local_rate / compute["local_one_thread_rate"], 3)
+                threads = 1
+                rates = {
+                    "modelled_samples_per_second": modelled,
+                    "local_samples_per_second": round(local_rate, 3),
+                }
             plan[host] = {
                 "address": hv["cluster_address"],
                 "vcpus": vcpus,
@@ -284,10 +312,11 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 "threads": threads,
                 "memory_mb": int(hv["memory_mb"]),
                 "cpuset": None,
+                **rates,
                 **_dilated_links(links[host], dilation),
             }
         reduced = {f"{p['vcpus']} to {p['threads']}" for p in plan.values() if p["threads"] < p["vcpus"]}
-        if local and reduced:
+        if local and reduced and not compute:
             warnings.append(
                 f"trainer threads reduced from {', '.join(sorted(reduced))} per peer (a container cannot use "
                 "more cores than its CPU limit); experiment.json records both"
@@ -311,8 +340,96 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "dht_host": dht_host if not errors else None,
         "plan": plan,
         "time_dilation": dilation,
+        "compute": compute if not errors else None,
+        "local_rate_needed": local_rate_needed if not errors else None,
         "trainer_settings": trainer_settings,
     }
+
+
+def _calibrated_compute(
+    settings: dict[str, Any],
+    declared: dict[str, int],
+    inventory: dict[str, Any],
+    warnings: list[str],
+    errors: list[str],
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the calibrated compute of a dilated local run, the local rate still to measure), or None for either.
+
+    The compute: the calibration, each host's modelled samples/s (its vCPUs' calibrated rate) and this
+    machine's one-thread rate, read from ``inventory["local_rate_dir"]`` (playbooks/validate.yml measures
+    it there with `trainer calibrate --threads 1` when it is missing: then the second is set). None where the
+    run is modelled linearly: ``calibration=linear``, or no rate for the model, batch size or a host's vCPUs.
+    """
+    given = settings["calibration"]
+    if given == "linear":
+        return None, None
+    try:
+        calibration = load_calibration(given or DEFAULT_CALIBRATION)
+    except CalibrationError as exc:
+        errors.append(f"calibration: {exc}")
+        return None, None
+    model, batch_size = settings["model"], settings["batch_size"]
+    modelled = {host: calibration.rate(model, batch_size, vcpus) for host, vcpus in declared.items()}
+    missing = sorted({declared[host] for host, rate in modelled.items() if rate is None})
+    if missing:
+        sizes = ", ".join(str(v) for v in missing)
+        warnings.append(
+            f"the calibration has no rate for {model} at batch size {batch_size} with {sizes} vCPUs "
+            f"({calibration.describe()}): threads are modelled as if they scaled linearly "
+            "(docs/compute-calibration.md)"
+        )
+        return None, None
+    directory = inventory.get("local_rate_dir")
+    if not directory:
+        return None, None
+    local_file = Path(directory) / f"{model}-bs{batch_size}.json"
+    if not local_file.exists():
+        return None, {"model": model, "batch_size": batch_size, "file": str(local_file)}
+    try:
+        load_calibration(local_file).speedup(model, batch_size, 1)  # one clear error where it has no rate
+        one_thread = load_calibration(local_file).curve(model, batch_size)[1]
+    except CalibrationError as exc:
+        errors.append(f"this machine's one-thread rate: {exc} (delete the file to measure it again)")
+        return None, None
+    compute = {
+        "calibration": calibration.describe(),
+        "calibration_file": calibration.path,
+        "model": model,
+        "batch_size": batch_size,
+        "local_one_thread_rate": one_thread,
+        "local_rate_file": str(local_file),
+        "modelled_rates": modelled,
+    }
+    return compute, None
+
+
+def _calibrated_dilation(
+    given: str | float, compute: dict[str, Any], budget: float, errors: list[str]
+) -> float:
+    """D of a calibrated run: each container runs one thread at the share of a core that makes it train at
+    its modelled rate / D, so every share must be at most one core and all must fit the budget; auto takes
+    the smallest such D (at least 1).
+
+    >>> compute = {"modelled_rates": {"a": 246.0, "b": 246.0}, "local_one_thread_rate": 100.0}
+    >>> round(_calibrated_dilation("auto", compute, 1.75, []), 3)  # two 2-vCPU VMs: 492 / 175
+    2.811
+    >>> round(_calibrated_dilation("auto", {**compute, "modelled_rates": {"a": 712.0}}, 1.75, []), 2)
+    7.12
+    >>> errors = []; _ = _calibrated_dilation(2.0, compute, 1.75, errors); print(errors[0].split(": ")[-1])
+    use a factor >= 2.81 (or auto)
+    """
+    rates = list(compute["modelled_rates"].values())
+    one_thread = compute["local_one_thread_rate"]
+    smallest = max(1.0, max(rates) / one_thread, sum(rates) / (budget * one_thread))
+    if given == "auto":
+        return smallest
+    if given < smallest * (1 - 1e-9):
+        errors.append(
+            f"time_dilation={given:g} would ask this machine for more than it has: each container runs one "
+            f"thread at its modelled rate / D ({one_thread:g} samples/s here at one thread, the {budget:g} "
+            f"cores of the budget): use a factor >= {smallest:.2f} (or auto)"
+        )
+    return float(given)
 
 
 def _cpu_scale(

@@ -137,6 +137,13 @@ VARIABLES: tuple[Variable, ...] = (
         "times slower a local peer runs than the VM it models (auto: its vCPUs / its cores, 1 on VMs; off; "
         "or a factor: each local peer gets vcpus / factor cores); time settings and links are dilated by it",
     ),
+    Variable(
+        "calibration",
+        "str",
+        None,
+        "compute calibration the local containers' CPU follows under dilation (default: the shipped 16-core "
+        "one; a file from `trainer calibrate`; linear: vCPUs scale linearly)",
+    ),
     Variable("bandwidth_mbit", "float", None, "egress rate of every peer (or per host in the inventory)"),
     Variable("latency_ms", "float0", None, "egress delay of every peer (or per host; needs netem)"),
     Variable("faults", "str", None, "planned faults KIND:HOST@TIME[+DURATION][=RATE], comma-separated"),

@@ -51,7 +51,8 @@ def build_parser(arguments: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="trainer",
         description="run: train one peer or a baseline; grid: many experiments; report: tables, plots; "
-        "netprobe: link bandwidth; cpuprobe: CPU under load; dht: a bootstrap node",
+        "netprobe: link bandwidth; cpuprobe: CPU under load; dht: a bootstrap node; "
+        "calibrate: samples/s against threads",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

@@ -98,3 +98,100 @@ def test_the_report_refuses_a_bad_calibration_before_reading_results(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2 and "not a calibration" in run.stderr, run.stderr
     assert not (tmp_path / "report").exists()
+
+
+# ----------------------------------------------------------------- each container's CPU from the calibration
+def _inventory(tmp_path, vcpus: list[int], one_thread: float | None = 91.5, batch_size: int = 32) -> dict:
+    """A local inventory of len(vcpus) hosts, this machine's one-thread rate cached as validate.yml does."""
+    hosts = [f"peer-{i:02d}" for i in range(1, len(vcpus) + 1)]
+    hostvars = {
+        h: {"cluster_address": "10.89.64.101", "memory_mb": 2048, "vcpus": v}
+        for h, v in zip(hosts, vcpus, strict=True)
+    }
+    cache = tmp_path / "local-rate"
+    if one_thread is not None:
+        cache.mkdir(exist_ok=True)
+        row = {"model": "resnet18", "batch_size": batch_size, "threads": 1, "samples_per_second": one_thread}
+        _write(tmp_path, [row]).rename(cache / f"resnet18-bs{batch_size}.json")
+    return {
+        "peers": hosts,
+        "local": True,
+        "host_cores": 2,
+        "hostvars": hostvars,
+        "local_rate_dir": str(cache),
+    }
+
+
+def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path):
+    """16 one-vCPU peers and the 16-vCPU baseline, planned from the shipped calibration: one thread per
+    container at the share of a core giving its calibrated rate / D, and the ceiling survives the model."""
+    from controller.plan import testbed_experiment
+
+    shipped = load(DEFAULT)
+    peers = testbed_experiment({"peers": "16"}, _inventory(tmp_path, [1] * 16))
+    assert peers["errors"] == [], peers["errors"]
+    d_peers = peers["time_dilation"]
+    assert d_peers == pytest.approx(16 * 131 / (1.75 * 91.5), rel=1e-6)  # all 16 fill the 1.75-core budget
+    for entry in peers["plan"].values():
+        assert entry["threads"] == 1 and entry["modelled_samples_per_second"] == 131
+        assert entry["cpus_limit"] == pytest.approx(131 / d_peers / 91.5, abs=1e-3)
+    assert sum(e["cpus_limit"] for e in peers["plan"].values()) == pytest.approx(1.75, abs=0.01)
+    assert peers["compute"]["calibration_file"] == str(DEFAULT)
+    assert peers["compute"]["local_one_thread_rate"] == 91.5
+    assert peers["trainer_settings"]["time_dilation"] == d_peers
+
+    baseline = testbed_experiment({"strategy": "baseline", "peers": "1"}, _inventory(tmp_path, [16]))
+    assert baseline["errors"] == []
+    entry = baseline["plan"]["peer-01"]
+    # one thread can use one core at most: D is the calibrated rate over this machine's one-thread rate
+    assert entry["cpus_limit"] == 1.0 and entry["threads"] == 1
+    assert baseline["time_dilation"] == pytest.approx(712 / 91.5)
+    # modelled = local x D: what each run's containers deliver, in the study's units
+    modelled_peers = sum(e["local_samples_per_second"] for e in peers["plan"].values()) * d_peers
+    modelled_baseline = entry["local_samples_per_second"] * baseline["time_dilation"]
+    assert modelled_peers / modelled_baseline == pytest.approx(
+        shipped.ceiling("resnet18", 32, [1] * 16, 16), rel=1e-3
+    )
+
+
+def test_heterogeneous_hosts_keep_their_calibrated_ratio_not_their_vcpu_ratio(tmp_path):
+    from controller.plan import testbed_experiment
+
+    result = testbed_experiment({"peers": "3"}, _inventory(tmp_path, [8, 2, 2]))
+    plan = result["plan"]
+    assert result["errors"] == []
+    ratio = plan["peer-01"]["cpus_limit"] / plan["peer-02"]["cpus_limit"]
+    assert ratio == pytest.approx(556 / 246, rel=0.01)  # not 8 / 2
+    assert {e["threads"] for e in plan.values()} == {1}
+
+
+def test_the_one_thread_rate_is_asked_for_once_and_a_factor_must_fit(tmp_path):
+    from controller.plan import testbed_experiment
+
+    missing = testbed_experiment({"peers": "2"}, _inventory(tmp_path, [8, 8], one_thread=None))
+    assert missing["errors"] == [] and missing["compute"] is None
+    assert missing["local_rate_needed"] == {
+        "model": "resnet18",
+        "batch_size": 32,
+        "file": str(tmp_path / "local-rate" / "resnet18-bs32.json"),
+    }
+    inventory = _inventory(tmp_path, [8, 8])
+    fits = testbed_experiment({"peers": "2", "time_dilation": "20"}, inventory)
+    assert fits["errors"] == [] and fits["time_dilation"] == 20.0 and fits["local_rate_needed"] is None
+    assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(556 / 20 / 91.5, abs=1e-3)
+    refused = testbed_experiment({"peers": "2", "time_dilation": "2"}, inventory)["errors"]
+    assert any("use a factor >= 6.94" in error for error in refused), refused  # 2 x 556 / (1.75 x 91.5)
+
+
+def test_linear_off_and_uncalibrated_models_keep_the_linear_model(tmp_path):
+    from controller.plan import testbed_experiment
+
+    inventory = _inventory(tmp_path, [8, 8])
+    for raw in ({"calibration": "linear"}, {"time_dilation": "off"}):
+        result = testbed_experiment({"peers": "2", **raw}, inventory)
+        assert result["compute"] is None and result["plan"]["peer-01"]["cpus_limit"] == 0.875, raw
+    smallcnn = testbed_experiment({"peers": "2", "model": "smallcnn"}, inventory)
+    assert smallcnn["compute"] is None
+    assert any("no rate for smallcnn at batch size 32 with 8 vCPUs" in w for w in smallcnn["warnings"])
+    bad = testbed_experiment({"peers": "2", "calibration": str(tmp_path / "none.json")}, inventory)
+    assert bad["errors"] and bad["errors"][0].startswith("calibration: ") and "none.json" in bad["errors"][0]

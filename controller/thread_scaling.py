@@ -1,0 +1,244 @@
+"""`trainer calibrate`: samples/s per training process at 1, 2, 4, ... threads, every core busy (issue #33).
+
+For each batch size and thread count T, ``cores // T`` baseline processes (``trainer run``, the loop of every
+run) train at once, each pinned to its own block of T cores with T torch threads, so every core is busy, as
+on a cluster of VMs. The samples/s of each process (its summary.json) give the rate of a T-thread process;
+their mean, min and max are written to a calibration file (controller/calibration.py reads it).
+
+    trainer calibrate --out vm16.json              # 16 cores: 1..16 threads, ResNet18, BS 32 and 128
+    trainer calibrate --cores 8 --threads 1,2,4,8 --out vm8.json     # on a VM of each size of a cluster
+
+The local cluster uses it at one thread to learn this machine's own rate (playbooks/validate.yml).
+``benchmarks/thread_scaling.py`` runs the same command and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.calibration import KIND, parse
+from experiment.results import read_summary
+
+HELP = "samples/s per process at 1, 2, 4, ... threads: a compute calibration file"
+METHOD = (
+    "cores/threads processes at once, each pinned to a disjoint block of `threads` cores "
+    "(os.sched_setaffinity) with as many torch threads; samples/s per process from `trainer run "
+    "--strategy baseline` (trainer calibrate)"
+)
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def core_blocks(count: int, size: int, available: list[int]) -> list[list[int]]:
+    """Disjoint blocks of ``size`` cores, ``count`` of them.
+
+    >>> core_blocks(4, 2, list(range(8)))
+    [[0, 1], [2, 3], [4, 5], [6, 7]]
+    """
+    return [available[i * size : (i + 1) * size] for i in range(count)]
+
+
+def start_pinned(
+    command: list[str], log_path: Path, cores: list[int] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
+    """Start one process in its own session, logging to ``log_path``; pinned to ``cores`` with as many
+    threads (and idle threads sleeping, as the trainer's unit sets them) when given."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if cores:
+        threads = str(len(cores))
+        env.update(
+            OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, GOMAXPROCS=threads, OMP_WAIT_POLICY="PASSIVE"
+        )
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: Hivemind's children go with it
+            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+        )
+
+
+def wait_all(processes: list[subprocess.Popen], timeout: float) -> bool:
+    """Wait until every process exited or ``timeout`` passed; True when all exited in time."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in processes):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def stop_all(processes: list[subprocess.Popen]) -> None:
+    """SIGKILL every process group (a no-op for those that already exited and took their children along)."""
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    for process in processes:
+        process.wait()
+
+
+def measure(
+    model: str, batch_size: int, threads: int, available: list[int], steps: int, work: Path, timeout: float
+) -> dict[str, Any]:
+    """One thread count: ``len(available) // threads`` pinned processes at once; their samples/s."""
+    blocks = core_blocks(len(available) // threads, threads, available)
+    directory = work / f"{model}-bs{batch_size}-t{threads}"
+    directory.mkdir(parents=True, exist_ok=True)
+    processes = []
+    try:
+        for index, cores in enumerate(blocks):
+            out = directory / f"p{index + 1:02d}"
+            command = [sys.executable, "-m", "trainer", "run", "--strategy", "baseline", "--model", model]
+            command += ["--dataset", "synthetic", "--batch-size", str(batch_size), "--max-steps", str(steps)]
+            command += ["--vcpus", str(threads), "--run-id", f"calibrate-{int(time.time())}"]
+            command += [
+                "--peer-id",
+                out.name,
+                "--results-dir",
+                str(out),
+                "--metrics-port",
+                "-1",
+                "--overwrite",
+            ]
+            processes.append(start_pinned(command, directory / f"{out.name}.log", cores, cwd=directory))
+        finished = wait_all(processes, timeout)
+    finally:
+        stop_all(processes)
+    rates = [
+        (read_summary(directory / f"p{i + 1:02d}") or {}).get("samples_per_second")
+        for i in range(len(blocks))
+    ]
+    if not finished or not all(isinstance(r, int | float) and r > 0 for r in rates):
+        raise RuntimeError(
+            f"{model} bs {batch_size}, {threads} threads: a process did not finish (logs in {directory})"
+        )
+    return {
+        "model": model,
+        "batch_size": batch_size,
+        "threads": threads,
+        "processes": len(blocks),
+        "samples_per_second": round(statistics.fmean(rates), 3),
+        "min": round(min(rates), 3),
+        "max": round(max(rates), 3),
+        "source": "trainer",
+    }
+
+
+def document(available: list[int], steps: int, rates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The calibration file's content: the machine, the method and the rates."""
+    import torch
+
+    return {
+        "kind": KIND,
+        "measured_on": {
+            "cores": len(available),
+            "cpu_model": cpu_model(),
+            "host": platform.node(),
+            "torch": torch.__version__,
+            "date": datetime.date.today().isoformat(),
+            "steps": steps,
+        },
+        "method": METHOD,
+        "rates": rates,
+    }
+
+
+ROW = "{:<10} {:>5} {:>7} {:>5} {:>28} {:>10}"
+
+
+def table(rates: list[dict[str, Any]]) -> list[str]:
+    """A line per rate: samples/s per process (min-max), speedup over one thread (same model and batch)."""
+    ones = {(r["model"], r["batch_size"]): r["samples_per_second"] for r in rates if r["threads"] == 1}
+    lines = [ROW.format("model", "batch", "threads", "procs", "samples/s per process", "x 1 thread")]
+    for r in rates:
+        one = ones.get((r["model"], r["batch_size"]))
+        speedup = f"{r['samples_per_second'] / one:.2f}" if one else "-"
+        spread = f"{r['samples_per_second']:.1f} ({r['min']:.1f}-{r['max']:.1f})"
+        lines.append(ROW.format(r["model"], r["batch_size"], r["threads"], r["processes"], spread, speedup))
+    return lines
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("--threads", default="1,2,4,8,16", help="thread counts, comma-separated")
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--batch-sizes", default="32,128", help="comma-separated")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per process")
+    parser.add_argument(
+        "--cores", type=int, default=0, help="cores to fill (default: all this process may use)"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one thread count may take")
+    parser.add_argument("--out", type=Path, required=True, help="the calibration file to write")
+
+
+def _checked(args: argparse.Namespace) -> str | None:
+    """Completes ``args`` (thread_counts, batches, available); the one error, or None."""
+    try:
+        args.thread_counts = [int(v) for v in args.threads.split(",") if v]
+        args.batches = [int(v) for v in args.batch_sizes.split(",") if v]
+    except ValueError:
+        return "--threads and --batch-sizes take integers, comma-separated"
+    available = sorted(os.sched_getaffinity(0))
+    cores = args.cores or len(available)
+    if not 1 <= cores <= len(available):
+        return f"--cores {args.cores}: this process may use 1 to {len(available)} cores"
+    bad = [t for t in args.thread_counts if t < 1 or t > cores]
+    if bad or not args.thread_counts or min(args.batches, default=0) < 1 or args.steps < 1:
+        return f"thread counts must be 1 to {cores} (got {args.threads}); batch sizes and --steps >= 1"
+    args.available = available[:cores]
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    problem = _checked(args)
+    if problem:
+        print(f"trainer: error: {problem}", file=sys.stderr)
+        return 2
+    rates = []
+    with tempfile.TemporaryDirectory(prefix="thread-scaling-") as work:
+        for batch_size in args.batches:
+            for threads in args.thread_counts:
+                started = time.monotonic()
+                rates.append(
+                    measure(
+                        args.model, batch_size, threads, args.available, args.steps, Path(work), args.timeout
+                    )
+                )
+                print(
+                    f"[thread-scaling] {args.model} bs {batch_size}, {threads} threads x "
+                    f"{rates[-1]['processes']}: {time.monotonic() - started:.0f} s",
+                    flush=True,
+                )
+    calibration = document(args.available, args.steps, rates)
+    parse(calibration, str(args.out))  # what the controller will read
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(calibration, indent=2) + "\n")
+    print(f"\n{len(args.available)} cores, {calibration['measured_on']['cpu_model']}")
+    print("\n".join(table(rates)))
+    print(f"calibration written to {args.out}")
+    return 0
