@@ -20,7 +20,7 @@ from pathlib import Path
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
 from controller.report.analysis import Analysis, analyse, preprocessing_factors
-from controller.report.data import load_experiments
+from controller.report.data import Experiment, load_experiments
 from controller.report.intervals import verdict_lines
 from controller.report.metrics import __doc__ as DEFINITIONS
 
@@ -62,15 +62,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--calibration",
         type=Path,
-        default=DEFAULT_CALIBRATION,
-        help="compute calibration for the speedups' no-communication ceilings (benchmarks/thread_scaling.py "
-        "writes one; default: the shipped 16-core machine's)",
+        help="compute calibration for the speedups' no-communication ceilings (`trainer calibrate` writes "
+        "one; default: the one the runs' containers followed, recorded in experiment.json, else the shipped "
+        "16-core machine's)",
     )
     parser.add_argument(
         "--bandwidth",
         help="link bandwidth B for the averaging lower bound, e.g. 1Gbit or 125MB (per second); default: the "
         "value measured into experiment.json (network.bandwidth_bytes_per_second), else no bound",
     )
+
+
+def recorded_calibration(experiments: list[Experiment]) -> Path:
+    """The calibration the runs' containers followed (experiment.json ``compute``) where they agree on one
+    that can still be read, else the shipped one."""
+    files = {e.compute.get("calibration_file") for e in experiments if e.compute}
+    if len(files) == 1 and (recorded := Path(str(files.pop()))).is_file():
+        return recorded
+    return DEFAULT_CALIBRATION
 
 
 def main(args: argparse.Namespace) -> int:
@@ -80,12 +89,14 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--target-loss must be positive (got {args.target_loss})")
         if not args.results_dir.is_dir():
             raise ValueError(f"results directory not found: {args.results_dir}")
-        calibration = load_calibration(args.calibration)
+        if args.calibration is not None:  # refused before any result is read
+            load_calibration(args.calibration)
         experiments = load_experiments(args.results_dir)
         if not experiments:
             raise ValueError(
                 f"no experiment results (peer directories with steps.csv) under {args.results_dir}"
             )
+        calibration = load_calibration(args.calibration or recorded_calibration(experiments))
     except ValueError as error:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2
@@ -140,6 +151,16 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
             "samples/s summed over the baseline's, from the compute calibration "
             f"{analysis.calibration.describe()}; "
             "blank where it has no rate for the model, batch size or vCPUs (docs/compute-calibration.md).",
+            "",
+        ]
+    local = [e for e in experiments if e.time_dilation > 1]
+    if local:
+        calibrated = [e for e in local if e.compute]
+        sources = sorted({str(e.compute.get("calibration_file")) for e in calibrated})
+        lines += [
+            f"Compute of the dilated runs: {len(calibrated)} of {len(local)} ran each container at its "
+            f"vCPUs' calibrated rate / D ({', '.join(sources) or 'no calibration'}); the others modelled "
+            "threads as scaling linearly (no calibrated rate for their model, batch size or vCPUs).",
             "",
         ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())

@@ -72,6 +72,8 @@ class Experiment:
     faults: list[dict[str, Any]] = field(default_factory=list)
     #: D of the run (trainer/dilation.py): the rows above are already in modelled time (``in_modelled_time``)
     time_dilation: float = 1.0
+    #: experiment.json's ``compute``: the calibration the local containers' CPU followed (None: linear)
+    compute: dict[str, Any] | None = None
 
     @property
     def strategy(self) -> str:
@@ -166,6 +168,7 @@ def load_experiment(path: Path) -> Experiment | None:
         bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
         hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
         faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
+        compute=compute if isinstance(compute := document.get("compute"), dict) else None,
     )
     factor = float(document.get("time_dilation") or configs[0].get("time_dilation") or 1.0)
     return in_modelled_time(experiment, factor) if factor > 1 else experiment

@@ -1,0 +1,107 @@
+"""Does the local cluster run at the calibrated speeds? The compute model's self-check (issue #33).
+
+Reads the results of ``grids/calibration-check.yml``: the study's communication-free configurations (the
+16-vCPU baseline and 2/4/8/16 peers that never average) on the local cluster, each container given the CPU
+of its vCPUs' calibrated rate / D (docs/compute-calibration.md). Prints, per batch size and configuration,
+the modelled samples/s per process (measured x D, over its steps without averaging, mean over the
+run's processes) beside the calibration's
+rate for its vCPUs, with the error of each; then the ceiling speedup (16 x 1 vCPU over 1 x 16) modelled and
+calibrated. A faithful model is within 15 % of each.
+
+    trainer grid grids/calibration-check.yml --results-dir results/calibration-check
+    python benchmarks/calibration_check.py results/calibration-check
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from controller.calibration import DEFAULT, CalibrationError, load  # noqa: E402
+from controller.report.data import load_experiments  # noqa: E402
+
+TOLERANCE = 0.15
+ROW = "{:>5} {:>6} {:>6} {:>7} {:>24} {:>11} {:>8}"
+
+
+def local_training_rate(steps: list[dict]) -> float | None:
+    """Samples/s over the steps without averaging (modelled rows): all of a baseline's, all but the closing
+    round's step of a solo peer.
+
+    >>> local_training_rate([{"samples": 32, "step_seconds": 0.05, "averaging_seconds": 0.0},
+    ...                      {"samples": 32, "step_seconds": 2.0, "averaging_seconds": 1.9}])
+    640.0
+    """
+    alone = [row for row in steps if not row.get("averaging_seconds") and row.get("step_seconds")]
+    seconds = sum(row["step_seconds"] for row in alone)
+    return sum(row["samples"] for row in alone) / seconds if seconds else None
+
+
+def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
+    """(batch size, processes, vCPUs) -> D and the modelled samples/s per process (mean, min, max)."""
+    found = {}
+    for experiment in load_experiments(results):
+        if not experiment.complete:
+            continue
+        rates = [rate for peer in experiment.peers if (rate := local_training_rate(peer.steps))]
+        if not rates:
+            continue
+        settings = experiment.settings
+        key = (int(settings["batch_size"]), 1 if experiment.is_baseline else experiment.peer_count)
+        found[(*key, int(settings["vcpus"]))] = {
+            "dilation": experiment.time_dilation,
+            "mean": statistics.fmean(rates),
+            "min": min(rates),
+            "max": max(rates),
+        }
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path, help="the results directory trainer grid wrote")
+    parser.add_argument("--calibration", type=Path, default=DEFAULT, help="the calibration the runs used")
+    parser.add_argument("--model", default="resnet18")
+    args = parser.parse_args(argv)
+    try:
+        calibration = load(args.calibration)
+    except CalibrationError as exc:
+        print(f"calibration_check: {exc}", file=sys.stderr)
+        return 2
+    runs = measured(args.results)
+    if not runs:
+        print(f"calibration_check: no complete runs in {args.results}", file=sys.stderr)
+        return 2
+    print(f"calibration: {calibration.describe()}")
+    print(ROW.format("batch", "procs", "vCPUs", "D", "modelled (min-max)", "calibrated", "error"))
+    worst = 0.0
+    for (batch, procs, vcpus), run in sorted(runs.items()):
+        expected = calibration.rate(args.model, batch, vcpus)
+        error = run["mean"] / expected - 1 if expected else None
+        worst = max(worst, abs(error or 0.0))
+        spread = f"{run['mean']:.1f} ({run['min']:.0f}-{run['max']:.0f})"
+        shown = f"{error:+.1%}" if error is not None else "-"
+        print(
+            ROW.format(batch, procs, vcpus, f"{run['dilation']:.2f}", spread, f"{expected or 0:.0f}", shown)
+        )
+    for batch in sorted({key[0] for key in runs}):
+        peers, baseline = runs.get((batch, 16, 1)), runs.get((batch, 1, 16))
+        expected = calibration.ceiling(args.model, batch, [1] * 16, 16)
+        if not (peers and baseline and expected):
+            continue
+        modelled = 16 * peers["mean"] / baseline["mean"]
+        error = modelled / expected - 1
+        worst = max(worst, abs(error))
+        print(f"BS {batch}: ceiling 16 x 1 over 1 x 16 modelled {modelled:.2f}, calibrated {expected:.2f} "
+              f"({error:+.1%})")  # fmt: skip
+    print(f"largest error {worst:.1%}: {'within' if worst <= TOLERANCE else 'OUTSIDE'} {TOLERANCE:.0%}")
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
