@@ -6,7 +6,8 @@ of its vCPUs' calibrated rate / D (docs/compute-calibration.md). Prints, per bat
 the modelled samples/s per process (measured x D, over its steps without averaging, mean over the
 run's processes) beside the calibration's
 rate for its vCPUs, with the error of each; then the ceiling speedup (16 x 1 vCPU over 1 x 16) modelled and
-calibrated. A faithful model is within 15 % of each.
+calibrated. A faithful model is within 15 % of each. Last, the modelled p4-luoff and p8-luoff (grid block
+``averaging``) beside the 16-core device's figures of docs/study-scale.md.
 
     trainer grid grids/calibration-check.yml --results-dir results/calibration-check
     python benchmarks/calibration_check.py results/calibration-check
@@ -46,7 +47,7 @@ def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
     """(batch size, processes, vCPUs) -> D and the modelled samples/s per process (mean, min, max)."""
     found = {}
     for experiment in load_experiments(results):
-        if not experiment.complete:
+        if not experiment.complete or experiment.strategy not in ("baseline", "solo"):
             continue
         rates = [rate for peer in experiment.peers if (rate := local_training_rate(peer.steps))]
         if not rates:
@@ -60,6 +61,39 @@ def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
             "max": max(rates),
         }
     return found
+
+
+#: docs/study-scale.md, the 16-core device: per peer samples/s, averaging share of the step, all-reduce s
+DEVICE = {4: ("p4-luoff", 104.9, 0.120 / 0.288, 0.65), 8: ("p8-luoff", 48.5, 0.376 / 0.590, 0.95)}
+
+
+def averaging_rows(results: Path) -> list[str]:
+    """The modelled p4-luoff/p8-luoff (grid block ``averaging``) beside the 16-core device's figures."""
+    lines = []
+    for experiment in load_experiments(results):
+        reference = DEVICE.get(experiment.peer_count)
+        if experiment.strategy != "hivemind" or not experiment.complete or reference is None:
+            continue
+        rates = [rate for p in experiment.peers if (rate := p.summary.get("samples_per_second"))]
+        steps = [row for p in experiment.peers for row in p.steps]
+        share = sum(r["averaging_seconds"] or 0 for r in steps) / sum(r["step_seconds"] or 0 for r in steps)
+        allreduce = [
+            row["allreduce_seconds"]
+            for p in experiment.peers
+            for row in p.rounds
+            if row["outcome"] == "ok" and row.get("allreduce_seconds")
+        ]
+        modelled = (statistics.fmean(rates), share, statistics.fmean(allreduce) if allreduce else None)
+        name = reference[0]
+        for label, value, device in zip(
+            ("samples/s per peer", "averaging share", "all-reduce s"), modelled, reference[1:], strict=True
+        ):
+            error = f"{value / device - 1:+.0%}" if value is not None else "-"
+            shown = f"{value:.3g}" if value is not None else "-"
+            lines.append(f"{name:<9} {label:<19} modelled {shown:>7}  16-core {device:.3g}  ({error})")
+        failed = sum(1 for p in experiment.peers for row in p.rounds if row["outcome"] != "ok")
+        lines.append(f"{name:<9} D = {experiment.time_dilation:.2f}, failed rounds {failed}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BS {batch}: ceiling 16 x 1 over 1 x 16 modelled {modelled:.2f}, calibrated {expected:.2f} "
               f"({error:+.1%})")  # fmt: skip
     print(f"largest error {worst:.1%}: {'within' if worst <= TOLERANCE else 'OUTSIDE'} {TOLERANCE:.0%}")
+    averaging = averaging_rows(args.results)
+    if averaging:
+        print("\nwith averaging (the model against the 16-core device, docs/study-scale.md):")
+        print("\n".join(averaging))
     return 0 if worst <= TOLERANCE else 1
 
 

@@ -147,7 +147,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     >>> result["errors"], result["hosts"], result["plan"]["peer-02"]["cpus_limit"]
     ([], ['peer-01', 'peer-02'], 0.875)
     >>> testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]
-    ["strategy must be one of hivemind|baseline|ddp|zero (got 'ring')", 'peers must be >= 1 (got 0)']
+    ["strategy must be one of hivemind|baseline|ddp|zero|solo (got 'ring')", 'peers must be >= 1 (got 0)']
     >>> testbed_experiment({"peers": "3"}, inv)["errors"]
     ['peers=3 but the inventory has only 2 hosts in group peers']
     """

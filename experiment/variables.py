@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = ("hivemind", "baseline", "ddp", "zero")
+STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "solo")
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
@@ -52,7 +52,12 @@ class Variable:
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("peers", "int", 8, "peers in the run (a baseline uses the first host only)"),
-    Variable("strategy", STRATEGIES, "hivemind", "how the peers train together"),
+    Variable(
+        "strategy",
+        STRATEGIES,
+        "hivemind",
+        "how the peers train together (solo: each peer alone, a baseline per host: no communication)",
+    ),
     Variable("model", MODELS, "resnet18", "the network trained", (ALL_TRAINERS,)),
     Variable("dataset", DATASETS, "fashion-mnist", "the data trained on", (ALL_TRAINERS,)),
     Variable("dataset_storage", STORAGES, None, "where peers read the dataset from (local cluster: cephfs)"),

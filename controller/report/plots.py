@@ -16,7 +16,13 @@ from controller.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_M
 from controller.report.faults import fault_windows  # noqa: E402
 from controller.report.metrics import bandwidth_bound  # noqa: E402
 
-STRATEGY_COLOURS = {"baseline": "#333333", "hivemind": "#dd8452", "ddp": "#4c72b0", "zero": "#8172b2"}
+STRATEGY_COLOURS = {
+    "baseline": "#333333",
+    "hivemind": "#dd8452",
+    "ddp": "#4c72b0",
+    "zero": "#8172b2",
+    "solo": "#55a868",
+}
 PART_COLOURS = {
     "data": "#4c72b0",
     "compute": "#55a868",

@@ -195,3 +195,15 @@ def test_linear_off_and_uncalibrated_models_keep_the_linear_model(tmp_path):
     assert any("no rate for smallcnn at batch size 32 with 8 vCPUs" in w for w in smallcnn["warnings"])
     bad = testbed_experiment({"peers": "2", "calibration": str(tmp_path / "none.json")}, inventory)
     assert bad["errors"] and bad["errors"][0].startswith("calibration: ") and "none.json" in bad["errors"][0]
+
+
+def test_solo_peers_are_planned_like_any_peers_and_get_no_averaging_settings(tmp_path):
+    """strategy solo (a baseline per host, the no-communication reference): one container per peer, the
+    calibrated CPU of its vCPUs, no Hivemind or DDP settings for the trainer."""
+    from controller.plan import testbed_experiment
+
+    solo = testbed_experiment({"strategy": "solo", "peers": "8"}, _inventory(tmp_path, [2] * 8))
+    assert solo["errors"] == [] and len(solo["hosts"]) == 8
+    assert {e["modelled_samples_per_second"] for e in solo["plan"].values()} == {246}
+    assert "target_batch_size" not in solo["trainer_settings"]
+    assert "matchmaking_time" not in solo["trainer_settings"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from e2e_support import extra_vars, run_playbook
+from shared_cluster import REPO
 
 CLUSTER_PLAY = "PLAY [Create the local cluster's containers]"
 
@@ -21,7 +23,7 @@ def _load_validation():
     [
         ({"peers": 0}, "peers must be >= 1 (got 0)"),
         ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
-        ({"strategy": "ring"}, "strategy must be one of hivemind|baseline|ddp|zero (got 'ring')"),
+        ({"strategy": "ring"}, "strategy must be one of hivemind|baseline|ddp|zero|solo (got 'ring')"),
         ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
         ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
         ({"dataset": "imagenet"}, "dataset must be one of"),
@@ -241,3 +243,36 @@ def test_role_and_inventory_variables_given_with_e_stay_legal(tmp_path):
     assert run.returncode != 0
     assert "peers must be >= 1 (got 0)" in run.output
     assert "unknown variable" not in run.output
+
+
+def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_every_check(tmp_path):
+    """Issue 33: a dilated run the calibration covers learns this machine's one-thread rate (`trainer
+    calibrate --threads 1`, kept per model and batch size), but only after every check passed; the plan then
+    gives each container one thread at its calibrated rate / D (a SmallCNN calibration made for the test)."""
+    calibration = tmp_path / "calibration.json"
+    rates = [
+        {"model": "smallcnn", "batch_size": 16, "threads": threads, "samples_per_second": rate}
+        for threads, rate in ((1, 900.0), (2, 1200.0))
+    ]
+    document = {"kind": "testbed-thread-scaling", "measured_on": {"cores": 2}, "rates": rates}
+    calibration.write_text(json.dumps(document))
+    cache = tmp_path / "cache"
+    settings = {"peers": 2, "vcpus": 2, "model": "smallcnn", "batch_size": 16, "dataset": "synthetic"}
+    arguments = ["-i", str(REPO / "inventories" / "local")]
+    arguments += extra_vars(results_root=str(tmp_path), calibration=str(calibration), **settings)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        refused = run_playbook("validate.yml", *arguments, "-e", "faults=kill:peer-07@60s", timeout=120)
+        assert refused.returncode != 0 and "peer-07 is not in this run" in refused.output
+        assert not (cache / "testbed").exists()  # nothing measured for a run that does not start
+        first = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=300)
+        again = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=120)
+    assert first.returncode == 0, first.output[-4000:]
+    local_rate = cache / "testbed" / "local-rate" / "smallcnn-bs16.json"
+    measured = json.loads(local_rate.read_text())["rates"]
+    assert [(r["threads"], r["processes"]) for r in measured] == [(1, 2)]  # one pinned process per core
+    assert "Measure this machine's one-thread rate" in first.output
+    assert again.returncode == 0 and "Measure this machine" not in again.output
+    one_thread = measured[0]["samples_per_second"]
+    dilation = max(1.0, 1200.0 / one_thread, 2 * 1200.0 / (1.75 * one_thread))
+    assert f"dilated by D = {dilation:.2f}" in first.output and f"{one_thread:g} samples/s" in first.output
