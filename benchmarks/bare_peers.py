@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller.thread_scaling import start_pinned, stop_all, wait_all  # noqa: F401 (the benchmarks' helpers)
+from trainer.calibrate import start_pinned, stop_all, wait_all  # noqa: F401 (the benchmarks' helpers)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
-from controller.thread_scaling import core_blocks  # noqa: E402
 from experiment.results import read_rounds, read_summary  # noqa: E402
+from trainer.calibrate import core_blocks  # noqa: E402
 
 
 @dataclass(frozen=True)

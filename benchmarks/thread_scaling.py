@@ -1,4 +1,4 @@
-"""A compute calibration of this machine: `trainer calibrate` (controller/thread_scaling.py), as a benchmark.
+"""A compute calibration of this machine: `trainer calibrate` (trainer/calibrate.py), as a benchmark.
 
     python benchmarks/thread_scaling.py --out results/thread-scaling.json            # 16 cores, ResNet18
     python benchmarks/thread_scaling.py --threads 1,2 --model smallcnn --batch-sizes 16 --steps 20 \\

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KIND = "testbed-thread-scaling"
+from experiment.results import CALIBRATION_KIND as KIND
+
 DEFAULT = Path(__file__).resolve().parent / "calibrations" / "default.json"
 
 

@@ -122,6 +122,9 @@ def percentile(values: list[float], fraction: float) -> float | None:
 MODELLED_DURATIONS = ("wall_seconds", "training_seconds", "start_wait_seconds", "time_to_target_loss_seconds")
 MODELLED_RATES = ("samples_per_second",)
 
+#: the "kind" of a compute calibration (`trainer calibrate` writes it, controller/calibration.py reads it)
+CALIBRATION_KIND = "testbed-thread-scaling"
+
 
 def modelled_times(summary: dict[str, Any], factor: float) -> dict[str, Any]:
     """summary.json's ``modelled``: its durations / ``factor``, its rates x ``factor``, each component's.

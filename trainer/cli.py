@@ -23,6 +23,10 @@ SUBCOMMAND_MODULES = {
     "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
     "dht": ("trainer.dht_node", "serve a DHT-only Hivemind node (a run's bootstrap that does not train)"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
+    "calibrate": (
+        "trainer.calibrate",
+        "samples/s per process at 1, 2, 4, ... threads (compute calibration)",
+    ),
 }
 #: commands other packages add to ``trainer`` (the controller's grid and report, pyproject.toml); each module
 #: has the same two functions and a one-line ``HELP``

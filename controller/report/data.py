@@ -105,7 +105,7 @@ class Experiment:
         s = self.settings
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}{self._data_label()}"
-        if self.strategy in ("ddp", "zero"):
+        if self.strategy in ("ddp", "zero", "solo"):
             return f"{self.strategy} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""

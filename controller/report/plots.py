@@ -125,11 +125,41 @@ def fault_plots(analysis: Analysis, out: Path) -> list[Path]:
     return paths
 
 
+REPEAT_SUFFIX = re.compile(r"-(r\d+)$")  # a grid run's repeat at the end of its id
+
+
+def distinct_labels(runs: list[tuple[str, str]]) -> list[str]:
+    """Each run's setting label, with a short part of its id only where two runs share a label: the repeat
+    (``r2``) where the ids end in one, else the shortest id ending that tells them apart.
+
+    >>> distinct_labels([("4p tbs512", "hivemind-a1-r1"), ("4p tbs512", "hivemind-a1-r2"), ("baseline", "b")])
+    ['4p tbs512 (r1)', '4p tbs512 (r2)', 'baseline']
+    >>> distinct_labels([("x", "run-20261126T0701Z"), ("x", "run-20261126T0755Z")])
+    ['x (701Z)', 'x (755Z)']
+    """
+    groups: dict[str, list[str]] = {}
+    for label, run_id in runs:
+        groups.setdefault(label, []).append(run_id)
+    labels = []
+    for label, run_id in runs:
+        ids = groups[label]
+        if len(ids) == 1:
+            labels.append(label)
+            continue
+        repeats = {i: m.group(1) for i in ids if (m := REPEAT_SUFFIX.search(i))}
+        if len(repeats) == len(ids) and len(set(repeats.values())) == len(ids):
+            labels.append(f"{label} ({repeats[run_id]})")
+            continue
+        width = next(w for w in range(4, max(map(len, ids)) + 2) if len({i[-w:] for i in ids}) == len(ids))
+        labels.append(f"{label} ({run_id[-width:]})")
+    return labels
+
+
 def breakdown_plot(analysis: Analysis, out: Path) -> Path:
     """Stacked bars per experiment: mean ms per step (left) and shares of step time (right)."""
     rows = analysis.tables["breakdown"].rows
     figure, (absolute, shares) = plt.subplots(1, 2, figsize=(12, 0.4 * max(len(rows), 4) + 1.5))
-    labels = [f"{row['setting']} ({row['experiment_id'][-2:]})" for row in rows]
+    labels = distinct_labels([(row["setting"], row["experiment_id"]) for row in rows])
     for axis, suffix, xlabel in ((absolute, "_ms", "ms per step"), (shares, "_share", "share of step time")):
         left = [0.0] * len(rows)
         for part in BREAKDOWN_PARTS:
@@ -141,7 +171,9 @@ def breakdown_plot(analysis: Analysis, out: Path) -> Path:
         if not rows:
             _no_data(axis)
     shares.set_yticklabels([])
-    absolute.legend(fontsize=8, loc="lower right")
+    handles, names = absolute.get_legend_handles_labels()  # below the bars, never on them
+    figure.legend(handles, names, fontsize=8, loc="lower center", ncol=len(BREAKDOWN_PARTS), frameon=False)
+    figure.subplots_adjust(bottom=max(0.08, 0.9 / (0.4 * max(len(rows), 4) + 1.5)))
     figure.suptitle("Step-time breakdown: data loading / compute / averaging")
     return _save(figure, out / "breakdown.png")
 

@@ -78,6 +78,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.summary",
         "controller.report.analysis",
         "controller.report.diagnosis",
+        "controller.report.plots",
     ],
 )
 def test_docstring_examples(name):

@@ -19,6 +19,7 @@ MODULES = [
     "trainer.cpu_usage",
     "trainer.imagefolder",
     "trainer.cpuprobe",
+    "trainer.calibrate",
 ]
 
 

@@ -3,7 +3,8 @@
 For each batch size and thread count T, ``cores // T`` baseline processes (``trainer run``, the loop of every
 run) train at once, each pinned to its own block of T cores with T torch threads, so every core is busy, as
 on a cluster of VMs. The samples/s of each process (its summary.json) give the rate of a T-thread process;
-their mean, min and max are written to a calibration file (controller/calibration.py reads it).
+their mean, min and max are written to a calibration file (controller/calibration.py reads it). It runs on
+every VM (the trainer's wheel), so a real cluster's VMs can be calibrated where they are.
 
     trainer calibrate --out vm16.json              # 16 cores: 1..16 threads, ResNet18, BS 32 and 128
     trainer calibrate --cores 8 --threads 1,2,4,8 --out vm8.json     # on a VM of each size of a cluster
@@ -29,10 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.calibration import KIND, parse
-from experiment.results import read_summary
+from experiment.results import CALIBRATION_KIND, read_summary
 
-HELP = "samples/s per process at 1, 2, 4, ... threads: a compute calibration file"
 METHOD = (
     "cores/threads processes at once, each pinned to a disjoint block of `threads` cores "
     "(os.sched_setaffinity) with as many torch threads; samples/s per process from `trainer run "
@@ -154,7 +153,7 @@ def document(available: list[int], steps: int, rates: list[dict[str, Any]]) -> d
     import torch
 
     return {
-        "kind": KIND,
+        "kind": CALIBRATION_KIND,
         "measured_on": {
             "cores": len(available),
             "cpu_model": cpu_model(),
@@ -235,7 +234,6 @@ def main(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     calibration = document(args.available, args.steps, rates)
-    parse(calibration, str(args.out))  # what the controller will read
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(calibration, indent=2) + "\n")
     print(f"\n{len(args.available)} cores, {calibration['measured_on']['cpu_model']}")
