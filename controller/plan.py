@@ -7,6 +7,7 @@ given with ``-e key=value`` arrive as strings, so every value is parsed here.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -262,7 +263,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         # (docs/fair-cpu.md has the measurements behind this).
         budget = max(host_cores - LOCAL_INFRA_RESERVE_CORES, 0.1 * host_cores)
         if local and settings["time_dilation"] != "off":
-            compute, local_rate_needed = _calibrated_compute(settings, declared, inventory, warnings, errors)
+            compute, local_rate_needed = _calibrated_compute(
+                settings, declared, inventory, budget, warnings, errors
+            )
         if compute:
             dilation = _calibrated_dilation(settings["time_dilation"], compute, budget, errors)
         else:
@@ -350,15 +353,18 @@ def _calibrated_compute(
     settings: dict[str, Any],
     declared: dict[str, int],
     inventory: dict[str, Any],
+    budget: float,
     warnings: list[str],
     errors: list[str],
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(the calibrated compute of a dilated local run, the local rate still to measure), or None for either.
 
-    The compute: the calibration, each host's modelled samples/s (its vCPUs' calibrated rate) and this
-    machine's one-thread rate, read from ``inventory["local_rate_dir"]`` (playbooks/validate.yml measures
-    it there with `trainer calibrate --threads 1` when it is missing: then the second is set). None where the
-    run is modelled linearly: ``calibration=linear``, or no rate for the model, batch size or a host's vCPUs.
+    The compute: the calibration, each host's modelled samples/s (its vCPUs' calibrated rate) and what one
+    core of this machine trains per second when as many one-thread processes as the run has containers share
+    it by CPU quota, read from ``inventory["local_rate_dir"]`` (playbooks/validate.yml measures it there with
+    `trainer calibrate --threads 1 --share N:CORES` when it is missing: then the second is set). None where
+    the run is modelled linearly: ``calibration=linear``, or no rate for the model, batch size or a host's
+    vCPUs.
     """
     given = settings["calibration"]
     if given == "linear":
@@ -382,14 +388,19 @@ def _calibrated_compute(
     directory = inventory.get("local_rate_dir")
     if not directory:
         return None, None
-    local_file = Path(directory) / f"{model}-bs{batch_size}.json"
+    containers = len(declared)
+    local_file = Path(directory) / f"{model}-bs{batch_size}-n{containers}.json"
     if not local_file.exists():
-        return None, {"model": model, "batch_size": batch_size, "file": str(local_file)}
+        share = round(min(1.0, budget / containers), 3)
+        steps = max(8, 640 // batch_size)  # about 640 samples per process
+        needed = {"model": model, "batch_size": batch_size, "file": str(local_file), "steps": steps}
+        return None, {**needed, "share": f"{containers}:{share}"}
     try:
         load_calibration(local_file).speedup(model, batch_size, 1)  # one clear error where it has no rate
-        one_thread = load_calibration(local_file).curve(model, batch_size)[1]
-    except CalibrationError as exc:
-        errors.append(f"this machine's one-thread rate: {exc} (delete the file to measure it again)")
+        row = json.loads(local_file.read_text())["rates"][0]
+        one_thread = float(row.get("samples_per_core_second") or row["samples_per_second"])
+    except (CalibrationError, KeyError, IndexError, TypeError, ValueError) as exc:
+        errors.append(f"this machine's one-thread rate: {exc} (delete {local_file} to measure it again)")
         return None, None
     compute = {
         "calibration": calibration.describe(),

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +61,28 @@ def core_blocks(count: int, size: int, available: list[int]) -> list[list[int]]:
 
 
 def start_pinned(
-    command: list[str], log_path: Path, cores: list[int] | None = None, cwd: Path | None = None
+    command: list[str],
+    log_path: Path,
+    cores: list[int] | None = None,
+    cwd: Path | None = None,
+    cgroup_procs: Path | None = None,
+    threads: int | None = None,
 ) -> subprocess.Popen:
-    """Start one process in its own session, logging to ``log_path``; pinned to ``cores`` with as many
-    threads (and idle threads sleeping, as the trainer's unit sets them) when given."""
+    """Start one process in its own session, logging to ``log_path``: pinned to ``cores`` with as many
+    threads when given, or in the cgroup whose ``cgroup.procs`` is given (idle threads sleep, as the trainer's
+    unit sets them)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if cores:
-        threads = str(len(cores))
-        env.update(
-            OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, GOMAXPROCS=threads, OMP_WAIT_POLICY="PASSIVE"
-        )
+    count = threads or (len(cores) if cores else None)
+    if count:
+        env.update(OMP_NUM_THREADS=str(count), MKL_NUM_THREADS=str(count), GOMAXPROCS=str(count))
+        env.update(OMP_WAIT_POLICY="PASSIVE")
+
+    def place() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+        if cgroup_procs:
+            cgroup_procs.write_text(str(os.getpid()))
+
     with log_path.open("w") as log:
         return subprocess.Popen(
             command,
@@ -78,8 +91,31 @@ def start_pinned(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: Hivemind's children go with it
-            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+            preexec_fn=place if cores or cgroup_procs else None,
         )
+
+
+@contextlib.contextmanager
+def cpu_quota_cgroups(count: int, cores: float) -> Iterator[list[Path]]:
+    """``count`` fresh cgroups, each limited to ``cores`` of CPU (CFS quota, 100 ms period; cgroup v1 or v2,
+    needs root); yields their ``cgroup.procs`` files and removes the groups afterwards."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    parent = v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")
+    groups = [parent / f"testbed-calibrate-{os.getpid()}-{index}" for index in range(count)]
+    try:
+        for group in groups:
+            group.mkdir()
+            quota = max(1000, int(cores * 100_000))
+            if parent == v1:
+                (group / "cpu.cfs_period_us").write_text("100000")
+                (group / "cpu.cfs_quota_us").write_text(str(quota))
+            else:
+                (group / "cpu.max").write_text(f"{quota} 100000")
+        yield [group / "cgroup.procs" for group in groups]
+    finally:
+        for group in groups:
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 def wait_all(processes: list[subprocess.Popen], timeout: float) -> bool:
@@ -102,50 +138,68 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
 
 
 def measure(
-    model: str, batch_size: int, threads: int, available: list[int], steps: int, work: Path, timeout: float
+    model: str,
+    batch_size: int,
+    threads: int,
+    available: list[int],
+    steps: int,
+    work: Path,
+    timeout: float,
+    shared: tuple[int, float] | None = None,
 ) -> dict[str, Any]:
-    """One thread count: ``len(available) // threads`` pinned processes at once; their samples/s."""
-    blocks = core_blocks(len(available) // threads, threads, available)
-    directory = work / f"{model}-bs{batch_size}-t{threads}"
+    """One thread count: ``len(available) // threads`` pinned processes at once; their samples/s. With
+    ``shared`` (processes, cores each): that many one-thread processes at once, unpinned, each under a CPU
+    quota of that many cores, as the local cluster's containers share this machine."""
+    count = shared[0] if shared else len(available) // threads
+    directory = work / f"{model}-bs{batch_size}-t{threads}-n{count}"
     directory.mkdir(parents=True, exist_ok=True)
     processes = []
-    try:
-        for index, cores in enumerate(blocks):
-            out = directory / f"p{index + 1:02d}"
-            command = [sys.executable, "-m", "trainer", "run", "--strategy", "baseline", "--model", model]
-            command += ["--dataset", "synthetic", "--batch-size", str(batch_size), "--max-steps", str(steps)]
-            command += ["--vcpus", str(threads), "--run-id", f"calibrate-{int(time.time())}"]
-            command += [
-                "--peer-id",
-                out.name,
-                "--results-dir",
-                str(out),
-                "--metrics-port",
-                "-1",
-                "--overwrite",
-            ]
-            processes.append(start_pinned(command, directory / f"{out.name}.log", cores, cwd=directory))
-        finished = wait_all(processes, timeout)
-    finally:
-        stop_all(processes)
+    with contextlib.ExitStack() as stack:
+        procs_files = stack.enter_context(cpu_quota_cgroups(*shared)) if shared else [None] * count
+        blocks = [None] * count if shared else core_blocks(count, threads, available)
+        try:
+            for index, (cores, procs_file) in enumerate(zip(blocks, procs_files, strict=True)):
+                out = directory / f"p{index + 1:02d}"
+                command = [sys.executable, "-m", "trainer", "run", "--strategy", "baseline", "--model", model]
+                command += [
+                    "--dataset",
+                    "synthetic",
+                    "--batch-size",
+                    str(batch_size),
+                    "--max-steps",
+                    str(steps),
+                ]
+                command += ["--vcpus", str(threads), "--run-id", f"calibrate-{int(time.time())}"]
+                command += ["--peer-id", out.name, "--results-dir", str(out), "--metrics-port", "-1"]
+                log = directory / f"{out.name}.log"
+                processes.append(
+                    start_pinned([*command, "--overwrite"], log, cores, directory, procs_file, threads)
+                )
+            finished = wait_all(processes, timeout)
+        finally:
+            stop_all(processes)
     rates = [
-        (read_summary(directory / f"p{i + 1:02d}") or {}).get("samples_per_second")
-        for i in range(len(blocks))
+        (read_summary(directory / f"p{i + 1:02d}") or {}).get("samples_per_second") for i in range(count)
     ]
     if not finished or not all(isinstance(r, int | float) and r > 0 for r in rates):
         raise RuntimeError(
             f"{model} bs {batch_size}, {threads} threads: a process did not finish (logs in {directory})"
         )
-    return {
+    row = {
         "model": model,
         "batch_size": batch_size,
         "threads": threads,
-        "processes": len(blocks),
+        "processes": count,
         "samples_per_second": round(statistics.fmean(rates), 3),
         "min": round(min(rates), 3),
         "max": round(max(rates), 3),
         "source": "trainer",
     }
+    if shared:  # what one core of quota delivers, shared as the local cluster's containers share it
+        row.update(
+            quota_cores=shared[1], samples_per_core_second=round(row["samples_per_second"] / shared[1], 3)
+        )
+    return row
 
 
 def document(available: list[int], steps: int, rates: list[dict[str, Any]]) -> dict[str, Any]:
@@ -192,6 +246,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--cores", type=int, default=0, help="cores to fill (default: all this process may use)"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one thread count may take")
+    parser.add_argument(
+        "--share",
+        help="N:CORES: instead of pinned processes, N one-thread processes at once, unpinned, each under a "
+        "CPU quota of CORES (cgroups, root): how the local cluster's containers share this machine",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the calibration file to write")
 
 
@@ -210,6 +269,15 @@ def _checked(args: argparse.Namespace) -> str | None:
     if bad or not args.thread_counts or min(args.batches, default=0) < 1 or args.steps < 1:
         return f"thread counts must be 1 to {cores} (got {args.threads}); batch sizes and --steps >= 1"
     args.available = available[:cores]
+    args.shared = None
+    if args.share:
+        try:
+            count, quota = args.share.split(":")
+            args.shared = (int(count), float(quota))
+        except ValueError:
+            return f"--share takes N:CORES, e.g. 8:0.22 (got {args.share!r})"
+        if args.shared[0] < 1 or not 0 < args.shared[1] <= cores or args.thread_counts != [1]:
+            return f"--share {args.share}: N >= 1, 0 < CORES <= {cores}, and --threads 1"
     return None
 
 
@@ -225,7 +293,14 @@ def main(args: argparse.Namespace) -> int:
                 started = time.monotonic()
                 rates.append(
                     measure(
-                        args.model, batch_size, threads, args.available, args.steps, Path(work), args.timeout
+                        args.model,
+                        batch_size,
+                        threads,
+                        args.available,
+                        args.steps,
+                        Path(work),
+                        args.timeout,
+                        args.shared,
                     )
                 )
                 print(

@@ -111,8 +111,15 @@ def _inventory(tmp_path, vcpus: list[int], one_thread: float | None = 91.5, batc
     cache = tmp_path / "local-rate"
     if one_thread is not None:
         cache.mkdir(exist_ok=True)
-        row = {"model": "resnet18", "batch_size": batch_size, "threads": 1, "samples_per_second": one_thread}
-        _write(tmp_path, [row]).rename(cache / f"resnet18-bs{batch_size}.json")
+        # as `trainer calibrate --share N:CORES` writes it: what one core of quota trains, shared N ways
+        row = {
+            "model": "resnet18",
+            "batch_size": batch_size,
+            "threads": 1,
+            "samples_per_second": one_thread / 2,
+        }
+        row.update(processes=len(vcpus), quota_cores=0.5, samples_per_core_second=one_thread)
+        _write(tmp_path, [row]).rename(cache / f"resnet18-bs{batch_size}-n{len(vcpus)}.json")
     return {
         "peers": hosts,
         "local": True,
@@ -170,10 +177,12 @@ def test_the_one_thread_rate_is_asked_for_once_and_a_factor_must_fit(tmp_path):
 
     missing = testbed_experiment({"peers": "2"}, _inventory(tmp_path, [8, 8], one_thread=None))
     assert missing["errors"] == [] and missing["compute"] is None
-    assert missing["local_rate_needed"] == {
+    assert missing["local_rate_needed"] == {  # measured with the run's two containers' shares of the budget
         "model": "resnet18",
         "batch_size": 32,
-        "file": str(tmp_path / "local-rate" / "resnet18-bs32.json"),
+        "file": str(tmp_path / "local-rate" / "resnet18-bs32-n2.json"),
+        "steps": 20,
+        "share": "2:0.875",
     }
     inventory = _inventory(tmp_path, [8, 8])
     fits = testbed_experiment({"peers": "2", "time_dilation": "20"}, inventory)

@@ -247,8 +247,8 @@ def test_role_and_inventory_variables_given_with_e_stay_legal(tmp_path):
 
 def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_every_check(tmp_path):
     """Issue 33: a dilated run the calibration covers learns this machine's one-thread rate (`trainer
-    calibrate --threads 1`, kept per model and batch size), but only after every check passed; the plan then
-    gives each container one thread at its calibrated rate / D (a SmallCNN calibration made for the test)."""
+    calibrate --share`, kept per model, batch size and containers), only after every check passed; the plan
+    then gives each container one thread at its calibrated rate / D (a SmallCNN calibration for the test)."""
     calibration = tmp_path / "calibration.json"
     rates = [
         {"model": "smallcnn", "batch_size": 16, "threads": threads, "samples_per_second": rate}
@@ -268,11 +268,12 @@ def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_ever
         first = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=300)
         again = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=120)
     assert first.returncode == 0, first.output[-4000:]
-    local_rate = cache / "testbed" / "local-rate" / "smallcnn-bs16.json"
+    local_rate = cache / "testbed" / "local-rate" / "smallcnn-bs16-n2.json"
     measured = json.loads(local_rate.read_text())["rates"]
-    assert [(r["threads"], r["processes"]) for r in measured] == [(1, 2)]  # one pinned process per core
+    # one one-thread process per container, each under its share of the budget, all at once
+    assert [(r["threads"], r["processes"], r["quota_cores"]) for r in measured] == [(1, 2, 0.875)]
     assert "Measure this machine's one-thread rate" in first.output
     assert again.returncode == 0 and "Measure this machine" not in again.output
-    one_thread = measured[0]["samples_per_second"]
+    one_thread = measured[0]["samples_per_core_second"]
     dilation = max(1.0, 1200.0 / one_thread, 2 * 1200.0 / (1.75 * one_thread))
     assert f"dilated by D = {dilation:.2f}" in first.output and f"{one_thread:g} samples/s" in first.output
