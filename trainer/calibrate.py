@@ -31,12 +31,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from experiment.results import CALIBRATION_KIND, read_summary
+from experiment.results import CALIBRATION_KIND, read_steps, read_summary
 
 METHOD = (
     "cores/threads processes at once, each pinned to a disjoint block of `threads` cores "
     "(os.sched_setaffinity) with as many torch threads; samples/s per process from `trainer run "
-    "--strategy baseline` (trainer calibrate)"
+    "--strategy baseline` over its steps after the first two (trainer calibrate)"
 )
 
 
@@ -137,6 +137,22 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
         process.wait()
 
 
+#: steps left out of a measured rate: the first ones build oneDNN's kernels and warm the caches
+WARM_UP_STEPS = 2
+
+
+def steady_rate(run_dir: Path) -> float | None:
+    """Samples/s of a finished run over its steps after the warm-up (its summary's rate where it has no
+    more steps than that; None where it did not finish)."""
+    if not (read_summary(run_dir) or {}).get("complete"):
+        return None
+    steps = read_steps(run_dir)[WARM_UP_STEPS:]
+    seconds = sum(row["step_seconds"] or 0.0 for row in steps)
+    if not steps or seconds <= 0:
+        return (read_summary(run_dir) or {}).get("samples_per_second")
+    return sum(row["samples"] for row in steps) / seconds
+
+
 def measure(
     model: str,
     batch_size: int,
@@ -178,9 +194,7 @@ def measure(
             finished = wait_all(processes, timeout)
         finally:
             stop_all(processes)
-    rates = [
-        (read_summary(directory / f"p{i + 1:02d}") or {}).get("samples_per_second") for i in range(count)
-    ]
+    rates = [steady_rate(directory / f"p{i + 1:02d}") for i in range(count)]
     if not finished or not all(isinstance(r, int | float) and r > 0 for r in rates):
         raise RuntimeError(
             f"{model} bs {batch_size}, {threads} threads: a process did not finish (logs in {directory})"
