@@ -112,10 +112,16 @@ def cpu_quota_cgroups(count: int, cores: float) -> Iterator[list[Path]]:
             else:
                 (group / "cpu.max").write_text(f"{quota} 100000")
         yield [group / "cgroup.procs" for group in groups]
-    finally:
+    finally:  # a group empties once its killed processes are gone: give them a few seconds
+        deadline = time.monotonic() + 10
         for group in groups:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+            while group.exists():
+                try:
+                    group.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
 
 
 def wait_all(processes: list[subprocess.Popen], timeout: float) -> bool:
@@ -300,6 +306,8 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"trainer: error: {problem}", file=sys.stderr)
         return 2
+    # stopped (SIGTERM, as a playbook or grid is), end the processes and remove the cgroups on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     rates = []
     with tempfile.TemporaryDirectory(prefix="thread-scaling-") as work:
         for batch_size in args.batches:
