@@ -45,7 +45,7 @@ class Calibration:
 
         >>> calibration = load(DEFAULT)
         >>> round(calibration.speedup("resnet18", 32, 16), 2)
-        5.44
+        4.33
         >>> calibration.speedup("resnet18", 32, 1)
         1.0
         """
@@ -72,9 +72,9 @@ class Calibration:
 
         >>> calibration = load(DEFAULT)
         >>> round(calibration.ceiling("resnet18", 32, [1] * 16, 16), 2)  # 16 one-vCPU peers, 16-vCPU baseline
-        2.94
+        3.69
         >>> round(calibration.ceiling("resnet18", 32, [8, 8], 16), 2)
-        1.56
+        1.81
         """
         peers = [self.rate(model, batch_size, vcpus) for vcpus in peer_vcpus]
         baseline = self.rate(model, batch_size, baseline_vcpus)

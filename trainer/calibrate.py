@@ -72,6 +72,8 @@ def start_pinned(
     threads when given, or in the cgroup whose ``cgroup.procs`` is given (idle threads sleep, as the trainer's
     unit sets them)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # `python -m trainer` from any working directory, also where the package is a checkout, not installed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     count = threads or (len(cores) if cores else None)
     if count:
         env.update(OMP_NUM_THREADS=str(count), MKL_NUM_THREADS=str(count), GOMAXPROCS=str(count))
@@ -142,6 +144,9 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
     for process in processes:
         process.wait()
 
+
+#: the folder that holds the trainer package (and experiment/, which it imports)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 #: steps left out of a measured rate: the first ones build oneDNN's kernels and warm the caches
 WARM_UP_STEPS = 2
@@ -241,6 +246,43 @@ def document(available: list[int], steps: int, rates: list[dict[str, Any]]) -> d
     }
 
 
+def combine(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """One calibration from repeated ones of the same machine: each rate the mean of the repeats' rates,
+    with every repeat's rate kept (``repeats``) and min/max over all their processes.
+
+    >>> row = {"model": "m", "batch_size": 8, "threads": 1, "processes": 2, "source": "trainer"}
+    >>> one = {"measured_on": {"cores": 2, "date": "d1"}, "method": "x",
+    ...        "rates": [{**row, "samples_per_second": 100.0, "min": 90.0, "max": 110.0}]}
+    >>> two = {"measured_on": {"cores": 2, "date": "d2"}, "method": "x",
+    ...        "rates": [{**row, "samples_per_second": 120.0, "min": 115.0, "max": 125.0}]}
+    >>> (combined,) = combine([one, two])["rates"]
+    >>> combined["samples_per_second"], combined["repeats"], combined["min"]
+    (110.0, [100.0, 120.0], 90.0)
+    >>> combine([one, two])["measured_on"]["repeats"], combine([one, two])["measured_on"]["date"]
+    (2, 'd1, d2')
+    """
+    cores = {document["measured_on"].get("cores") for document in documents}
+    if len(cores) != 1:
+        raise ValueError(f"repeats of one machine have one core count (got {sorted(map(str, cores))})")
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for document in documents:
+        for row in document["rates"]:
+            groups.setdefault((row["model"], row["batch_size"], row["threads"]), []).append(row)
+    rates = []
+    for rows in groups.values():
+        repeats = [row["samples_per_second"] for row in rows]
+        combined = {**rows[0], "samples_per_second": round(statistics.fmean(repeats), 3), "repeats": repeats}
+        for key, pick in (("min", min), ("max", max)):
+            if all(key in row for row in rows):
+                combined[key] = pick(row[key] for row in rows)
+        rates.append(combined)
+    measured_on = dict(documents[0]["measured_on"])
+    dates = sorted({str(document["measured_on"].get("date")) for document in documents})
+    measured_on.update(repeats=len(documents), date=", ".join(dates))
+    method = documents[0].get("method", "") + f"; the mean of {len(documents)} repeats (trainer calibrate)"
+    return {"kind": CALIBRATION_KIND, "measured_on": measured_on, "method": method, "rates": rates}
+
+
 ROW = "{:<10} {:>5} {:>7} {:>5} {:>28} {:>10}"
 
 
@@ -251,7 +293,9 @@ def table(rates: list[dict[str, Any]]) -> list[str]:
     for r in rates:
         one = ones.get((r["model"], r["batch_size"]))
         speedup = f"{r['samples_per_second'] / one:.2f}" if one else "-"
-        spread = f"{r['samples_per_second']:.1f} ({r['min']:.1f}-{r['max']:.1f})"
+        spread = f"{r['samples_per_second']:.1f}"
+        if "min" in r and "max" in r:
+            spread += f" ({r['min']:.1f}-{r['max']:.1f})"
         lines.append(ROW.format(r["model"], r["batch_size"], r["threads"], r["processes"], spread, speedup))
     return lines
 
@@ -271,11 +315,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="N:CORES: instead of pinned processes, N one-thread processes at once, unpinned, each under a "
         "CPU quota of CORES (cgroups, root): how the local cluster's containers share this machine",
     )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="measure everything this many times; each rate their mean"
+    )
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="measure nothing: write the mean of these calibration files (repeats of one machine)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the calibration file to write")
 
 
 def _checked(args: argparse.Namespace) -> str | None:
     """Completes ``args`` (thread_counts, batches, available); the one error, or None."""
+    if args.combine:  # nothing is measured: this machine's cores do not matter
+        return (
+            "--combine measures nothing: leave out --share and --repeats"
+            if args.share or args.repeats > 1
+            else None
+        )
     try:
         args.thread_counts = [int(v) for v in args.threads.split(",") if v]
         args.batches = [int(v) for v in args.batch_sizes.split(",") if v]
@@ -286,6 +346,8 @@ def _checked(args: argparse.Namespace) -> str | None:
     if not 1 <= cores <= len(available):
         return f"--cores {args.cores}: this process may use 1 to {len(available)} cores"
     bad = [t for t in args.thread_counts if t < 1 or t > cores]
+    if args.repeats < 1:
+        return f"--repeats must be >= 1 (got {args.repeats})"
     if bad or not args.thread_counts or min(args.batches, default=0) < 1 or args.steps < 1:
         return f"thread counts must be 1 to {cores} (got {args.threads}); batch sizes and --steps >= 1"
     args.available = available[:cores]
@@ -301,13 +363,22 @@ def _checked(args: argparse.Namespace) -> str | None:
     return None
 
 
-def main(args: argparse.Namespace) -> int:
-    problem = _checked(args)
-    if problem:
-        print(f"trainer: error: {problem}", file=sys.stderr)
-        return 2
-    # stopped (SIGTERM, as a playbook or grid is), end the processes and remove the cgroups on the way out
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+def _read_calibrations(paths: list[Path]) -> list[dict[str, Any]] | str:
+    """The calibration files' contents, or the one error."""
+    documents = []
+    for path in paths:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            return f"{path}: not a readable JSON file ({exc})"
+        if not isinstance(document, dict) or document.get("kind") != CALIBRATION_KIND:
+            return f'{path}: not a calibration (its "kind" must be {CALIBRATION_KIND!r})'
+        documents.append(document)
+    return documents
+
+
+def _measure_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every batch size and thread count once: a calibration document."""
     rates = []
     with tempfile.TemporaryDirectory(prefix="thread-scaling-") as work:
         for batch_size in args.batches:
@@ -330,10 +401,33 @@ def main(args: argparse.Namespace) -> int:
                     f"{rates[-1]['processes']}: {time.monotonic() - started:.0f} s",
                     flush=True,
                 )
-    calibration = document(args.available, args.steps, rates)
+    return document(args.available, args.steps, rates)
+
+
+def main(args: argparse.Namespace) -> int:
+    problem = _checked(args)
+    documents = _read_calibrations(args.combine) if args.combine and not problem else []
+    if isinstance(documents, str):
+        problem = documents
+    if problem:
+        print(f"trainer: error: {problem}", file=sys.stderr)
+        return 2
+    # stopped (SIGTERM, as a playbook or grid is), end the processes and remove the cgroups on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if not args.combine:
+        for repeat in range(args.repeats):
+            if args.repeats > 1:
+                print(f"[thread-scaling] repeat {repeat + 1} of {args.repeats}", flush=True)
+            documents.append(_measure_all(args))
+    try:
+        calibration = documents[0] if len(documents) == 1 else combine(documents)
+    except ValueError as error:
+        print(f"trainer: error: {error}", file=sys.stderr)
+        return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(calibration, indent=2) + "\n")
-    print(f"\n{len(args.available)} cores, {calibration['measured_on']['cpu_model']}")
-    print("\n".join(table(rates)))
+    on = calibration["measured_on"]
+    print(f"\n{on.get('cores')} cores, {on.get('cpu_model')}, {on.get('repeats', 1)} repeat(s)")
+    print("\n".join(table(calibration["rates"])))
     print(f"calibration written to {args.out}")
     return 0

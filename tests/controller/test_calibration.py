@@ -9,11 +9,18 @@ import pytest
 
 from controller.calibration import DEFAULT, KIND, CalibrationError, load
 
+SHIPPED = load(DEFAULT)
+
+
+def rate(vcpus: int) -> float:
+    """The shipped calibration's samples/s of a ``vcpus``-thread ResNet18 process at BS 32."""
+    return SHIPPED.rate("resnet18", 32, vcpus)
+
 
 def test_the_shipped_calibration_is_the_16_core_machines_and_threads_do_not_add_up():
     calibration = load(DEFAULT)
     assert calibration.measured_on["cores"] == 16
-    for batch_size in (32, 128):
+    for batch_size in (32, 64, 128):  # the study's batch sizes
         curve = calibration.curve("resnet18", batch_size)
         assert sorted(curve) == [1, 2, 4, 8, 16]
         speedups = [calibration.speedup("resnet18", batch_size, threads) for threads in sorted(curve)]
@@ -80,7 +87,7 @@ def test_the_ceiling_takes_each_peers_own_vcpus_and_the_median_baseline():
     hivemind = Experiment("hm", Path("hm"), {**settings, "strategy": "hivemind"}, True, hosts=hosts)
     baseline = Experiment("base", Path("base"), {**settings, "strategy": "baseline", "vcpus": 16}, True)
     ceiling = ceiling_speedup(calibration, hivemind, [baseline])
-    assert ceiling == pytest.approx((556 + 556 + 395) / 712)
+    assert ceiling == pytest.approx((rate(8) + rate(8) + rate(4)) / rate(16))
     assert ceiling_speedup(None, hivemind, [baseline]) is None  # no calibration, no ceiling
     smallcnn = Experiment("s", Path("s"), {**settings, "model": "smallcnn"}, True, hosts=hosts)
     assert ceiling_speedup(calibration, smallcnn, [baseline]) is None  # no rate for the model
@@ -138,10 +145,11 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     peers = testbed_experiment({"peers": "16"}, _inventory(tmp_path, [1] * 16))
     assert peers["errors"] == [], peers["errors"]
     d_peers = peers["time_dilation"]
-    assert d_peers == pytest.approx(16 * 131 / (1.75 * 91.5), rel=1e-6)  # all 16 fill the 1.75-core budget
+    # all 16 fill the 1.75-core budget
+    assert d_peers == pytest.approx(16 * rate(1) / (1.75 * 91.5), rel=1e-6)
     for entry in peers["plan"].values():
-        assert entry["threads"] == 1 and entry["modelled_samples_per_second"] == 131
-        assert entry["cpus_limit"] == pytest.approx(131 / d_peers / 91.5, abs=1e-3)
+        assert entry["threads"] == 1 and entry["modelled_samples_per_second"] == rate(1)
+        assert entry["cpus_limit"] == pytest.approx(rate(1) / d_peers / 91.5, abs=1e-3)
     assert sum(e["cpus_limit"] for e in peers["plan"].values()) == pytest.approx(1.75, abs=0.01)
     assert peers["compute"]["calibration_file"] == str(DEFAULT)
     assert peers["compute"]["local_one_thread_rate"] == 91.5
@@ -152,7 +160,7 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     entry = baseline["plan"]["peer-01"]
     # one thread can use one core at most: D is the calibrated rate over this machine's one-thread rate
     assert entry["cpus_limit"] == 1.0 and entry["threads"] == 1
-    assert baseline["time_dilation"] == pytest.approx(712 / 91.5)
+    assert baseline["time_dilation"] == pytest.approx(rate(16) / 91.5)
     # modelled = local x D: what each run's containers deliver, in the study's units
     modelled_peers = sum(e["local_samples_per_second"] for e in peers["plan"].values()) * d_peers
     modelled_baseline = entry["local_samples_per_second"] * baseline["time_dilation"]
@@ -168,7 +176,7 @@ def test_heterogeneous_hosts_keep_their_calibrated_ratio_not_their_vcpu_ratio(tm
     plan = result["plan"]
     assert result["errors"] == []
     ratio = plan["peer-01"]["cpus_limit"] / plan["peer-02"]["cpus_limit"]
-    assert ratio == pytest.approx(556 / 246, rel=0.01)  # not 8 / 2
+    assert ratio == pytest.approx(rate(8) / rate(2), rel=0.01)  # not 8 / 2
     assert {e["threads"] for e in plan.values()} == {1}
 
 
@@ -187,9 +195,10 @@ def test_the_one_thread_rate_is_asked_for_once_and_a_factor_must_fit(tmp_path):
     inventory = _inventory(tmp_path, [8, 8])
     fits = testbed_experiment({"peers": "2", "time_dilation": "20"}, inventory)
     assert fits["errors"] == [] and fits["time_dilation"] == 20.0 and fits["local_rate_needed"] is None
-    assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(556 / 20 / 91.5, abs=1e-3)
+    assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(rate(8) / 20 / 91.5, abs=1e-3)
     refused = testbed_experiment({"peers": "2", "time_dilation": "2"}, inventory)["errors"]
-    assert any("use a factor >= 6.94" in error for error in refused), refused  # 2 x 556 / (1.75 x 91.5)
+    smallest = 2 * rate(8) / (1.75 * 91.5)  # both 8-vCPU containers in the 1.75-core budget
+    assert any(f"use a factor >= {smallest:.2f}" in error for error in refused), refused
 
 
 def test_linear_off_and_uncalibrated_models_keep_the_linear_model(tmp_path):
@@ -213,6 +222,6 @@ def test_solo_peers_are_planned_like_any_peers_and_get_no_averaging_settings(tmp
 
     solo = testbed_experiment({"strategy": "solo", "peers": "8"}, _inventory(tmp_path, [2] * 8))
     assert solo["errors"] == [] and len(solo["hosts"]) == 8
-    assert {e["modelled_samples_per_second"] for e in solo["plan"].values()} == {246}
+    assert {e["modelled_samples_per_second"] for e in solo["plan"].values()} == {rate(2)}
     assert "target_batch_size" not in solo["trainer_settings"]
     assert "matchmaking_time" not in solo["trainer_settings"]
