@@ -85,6 +85,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ClusterGate(), "testbed-cluster-gate")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the shared local cluster run last, in their own order: its containers (Ceph's daemons,
+    Prometheus, the exporters) would otherwise idle beside every later test, on the same two cores, until the
+    session's end removes them (``local_cluster``)."""
+    items.sort(key=lambda item: "local_cluster" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture
 def chance(request) -> Chance:
     gate = request.config.pluginmanager.get_plugin("testbed-cluster-gate")
