@@ -47,6 +47,7 @@ ROUND_COLUMNS = (
     "blocking_seconds",
     "error",
     "cause",
+    "received_share",
 )
 #: why a round failed (rounds.csv ``cause``; empty for ok rounds), from what the round's averager saw:
 #: no_group (matchmaking ended without a group: the all-reduce never began), allreduce_timeout (the group's
@@ -203,6 +204,8 @@ class RoundRecord:
     :param blocking_seconds: time the training step was blocked by this round (None when not measured)
     :param error: a short error text for failed rounds (None when ok)
     :param cause: why it failed, one of ROUND_CAUSES ("" when ok); derived when not given
+    :param received_share: share (0-1) of the averaged results this peer received in the all-reduce (None
+        when no all-reduce ran or it was not measured)
     """
 
     timestamp: float
@@ -215,6 +218,7 @@ class RoundRecord:
     blocking_seconds: float | None = None
     error: str | None = None
     cause: str | None = None
+    received_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.cause is None:

@@ -272,6 +272,7 @@ class ChildRound:
     allreduce_seconds: float | None = None
     attempts: int = 0
     error: str | None = None
+    received: float | None = None  # share of the averaged results received (None: no all-reduce ran)
 
 
 _CURRENT_ROUND: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -345,6 +346,7 @@ class RoundTimingMixin:
                 allreduce_seconds=current.get("allreduce_seconds"),
                 attempts=current["attempts"],
                 error=error,
+                received=received,
             )
             self.round_queue.put_nowait(record)
         except Exception:  # never break an averaging round because its timing could not be sent
@@ -398,6 +400,7 @@ class RoundTiming:
     blocking_seconds: float | None
     error: str | None
     cause: str | None = None  # derived from the others when None (experiment.results.failure_cause)
+    received_share: float | None = None
 
 
 @dataclass
@@ -499,6 +502,7 @@ def _merge(child: ChildRound, main: _MainSide | None, current_epoch: int) -> Rou
         allreduce_seconds=child.allreduce_seconds,
         blocking_seconds=main.blocking if main is not None else 0.0,
         error=child.error,
+        received_share=child.received,
     )
 
 

@@ -1,9 +1,11 @@
 """Prometheus metrics of one trainer process (names, types, labels and buckets are defined here only).
 
 Every series carries ``run_id``, ``peer`` and ``strategy``; the averaging-round series add ``kind`` and
-``outcome``. Each process has its own :class:`~prometheus_client.CollectorRegistry` (no default
-process/platform collectors: the host's node_exporter covers those), and every labelled series exists at 0
-from start-up so rate() and absent() behave from the first scrape.
+``outcome``, the failed rounds' counter ``kind`` and ``cause`` (round health, live: issue #28). Each process
+has its own :class:`~prometheus_client.CollectorRegistry` (no default process/platform collectors: the host's
+node_exporter covers those), and every labelled series exists at 0 from start-up so rate() and absent()
+behave from the first scrape (the received share at NaN until a round has one: no round yet is not
+"received nothing").
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from experiment.results import ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
+from experiment.results import ROUND_CAUSES, ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
 from trainer.memory import MEMORY_KINDS
 
 if TYPE_CHECKING:
@@ -57,6 +59,9 @@ METRICS: dict[str, str] = {
     "trainer_steps_total": "counter",
     "trainer_samples_total": "counter",
     "trainer_averaging_rounds_total": "counter",
+    "trainer_averaging_failures_total": "counter",
+    "trainer_matchmaking_seconds": "histogram",
+    "trainer_averaging_received_share": "gauge",
     "trainer_loss": "gauge",
     "trainer_hivemind_epoch": "gauge",
     "trainer_peers": "gauge",
@@ -71,6 +76,9 @@ METRICS: dict[str, str] = {
 EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     "trainer_averaging_seconds": ROUND_LABELS,
     "trainer_averaging_rounds_total": ROUND_LABELS,
+    "trainer_averaging_failures_total": ("kind", "cause"),
+    "trainer_matchmaking_seconds": ("kind",),
+    "trainer_averaging_received_share": ("kind",),
     "trainer_memory_bytes": ("kind",),
     "trainer_run_info": (
         "model",
@@ -99,6 +107,11 @@ _HELP = {
     "trainer_steps_total": "Local training steps taken",
     "trainer_samples_total": "Training samples processed locally",
     "trainer_averaging_rounds_total": "Averaging rounds by kind and outcome",
+    "trainer_averaging_failures_total": "Averaging rounds that failed or timed out, by kind and cause "
+    "(experiment.results.ROUND_CAUSES: no_group, allreduce_timeout, peer_left, partial, behind, ...)",
+    "trainer_matchmaking_seconds": "Time a round spent forming its group (all of a round that found none)",
+    "trainer_averaging_received_share": "Share (0-1) of the averaged results this peer received in its last "
+    "all-reduce of this kind (1: all of it; below 1: Hivemind ended the round with parts missing)",
     "trainer_loss": "Training loss of the latest step",
     "trainer_hivemind_epoch": "Collective Hivemind epoch (0 for the baseline)",
     "trainer_peers": "Live peers known to this peer, itself included (1 for the baseline)",
@@ -161,6 +174,23 @@ class Telemetry:
         self._start = bound["trainer_start_timestamp_seconds"]
         self._round_seconds = {}
         self._round_count = {}
+        self._failures = {
+            (kind, cause): self._families["trainer_averaging_failures_total"].labels(
+                **self.base_labels, kind=kind, cause=cause
+            )
+            for kind in ROUND_KINDS
+            for cause in ROUND_CAUSES
+        }
+        self._matchmaking = {
+            kind: self._families["trainer_matchmaking_seconds"].labels(**self.base_labels, kind=kind)
+            for kind in ROUND_KINDS
+        }
+        self._received = {
+            kind: self._families["trainer_averaging_received_share"].labels(**self.base_labels, kind=kind)
+            for kind in ROUND_KINDS
+        }
+        for gauge in self._received.values():
+            gauge.set(float("nan"))  # no all-reduce yet: a gap on the dashboard, not "received nothing"
         for kind in ROUND_KINDS:
             for outcome in ROUND_OUTCOMES:
                 key = (kind, outcome)
@@ -243,6 +273,12 @@ class Telemetry:
         )
         if seconds is not None:
             self._round_seconds[key].observe(seconds)
+        if record.outcome != "ok":
+            self._failures[(record.kind, record.cause if record.cause in ROUND_CAUSES else "other")].inc()
+        if record.matchmaking_seconds is not None:
+            self._matchmaking[record.kind].observe(record.matchmaking_seconds)
+        if record.received_share is not None:
+            self._received[record.kind].set(record.received_share)
 
 
 def _label_value(value: Any) -> str:

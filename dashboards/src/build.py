@@ -88,6 +88,18 @@ def timeseries(
     return panel
 
 
+def row(title: str) -> dict[str, Any]:
+    """A row header: the panels after it, up to the next row, are its panels (full width, never collapsed)."""
+    return {
+        "type": "row",
+        "title": title,
+        "datasource": DATASOURCE,
+        "targets": [],
+        "collapsed": False,
+        "panels": [],
+    }
+
+
 def stat(
     title: str, description: str, queries: list[dict[str, Any]], *, unit: str = "short"
 ) -> dict[str, Any]:
@@ -160,16 +172,20 @@ def query_variable(name: str, label: str, query: str, *, multi: bool) -> dict[st
 
 
 def layout(panels: list[dict[str, Any]], widths: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """Give panels ids and grid positions, two per row unless a width is given (24 = full row)."""
+    """Give panels ids and grid positions, two per line unless a width is given (24 = full line); a row
+    header is one unit high and starts a line of its own."""
     widths = widths or {}
-    x = y = 0
+    x = y = line_height = 0
     placed = []
     for panel_id, panel in enumerate(panels, start=1):
-        width = widths.get(panel["title"], PANEL_WIDTH)
-        if x + width > 24:
-            x, y = 0, y + PANEL_HEIGHT
-        placed.append({"id": panel_id, "gridPos": {"h": PANEL_HEIGHT, "w": width, "x": x, "y": y}, **panel})
-        x += width
+        is_row = panel["type"] == "row"
+        width = 24 if is_row else widths.get(panel["title"], PANEL_WIDTH)
+        height = 1 if is_row else PANEL_HEIGHT
+        if x + width > 24 or is_row:
+            x, y = 0, y + line_height
+            line_height = 0
+        placed.append({"id": panel_id, "gridPos": {"h": height, "w": width, "x": x, "y": y}, **panel})
+        x, line_height = x + width, max(line_height, height)
     return placed
 
 
@@ -372,6 +388,45 @@ def experiment() -> dict[str, Any]:
             "Run settings",
             "Settings of the run as reported by each peer (trainer_run_info).",
             [target(f"trainer_run_info{{{TRAINER}}}", "", instant=True, table=True)],
+        ),
+        row("Round health: failed rounds by cause, matchmaking, the share of each all-reduce received"),
+        timeseries(
+            "Failed rounds by cause",
+            "Averaging rounds per minute that failed or timed out, per peer and cause (recording rule "
+            "peer:trainer_averaging_failures:rate1m): no_group (matchmaking found nobody), "
+            "allreduce_timeout, peer_left, partial (parts of the result never came), behind (the peer was an "
+            "epoch behind), state_download, other (a cause shows while it occurs; 'all' is every cause "
+            "together). rounds.csv has every round with its error.",
+            targets(
+                (f"60 * peer:trainer_averaging_failures:rate1m{{{TRAINER}}} > 0", "{{peer}} {{cause}}"),
+                (f"60 * sum by (peer) (peer:trainer_averaging_failures:rate1m{{{TRAINER}}})", "{{peer}} all"),
+            ),
+            unit="short",
+            minimum=0,
+        ),
+        timeseries(
+            "Matchmaking time",
+            "Time a round spent forming its group, per peer and round kind: p50 and mean (a round that "
+            "found no group spent all of its time here).",
+            targets(
+                (quantile(0.5, "trainer_matchmaking_seconds", "peer, kind"), "{{peer}} {{kind}} p50"),
+                (
+                    f"sum by (peer, kind) (rate(trainer_matchmaking_seconds_sum{{{TRAINER}}}[{RATE}]))"
+                    f" / sum by (peer, kind) (rate(trainer_matchmaking_seconds_count{{{TRAINER}}}[{RATE}]))",
+                    "{{peer}} {{kind}} mean",
+                ),
+            ),
+            unit="s",
+            minimum=0,
+        ),
+        timeseries(
+            "Received share of the last all-reduce",
+            "Share of the averaged results each peer received in its latest all-reduce of each kind: 1 is "
+            "all of it; below 1, Hivemind ended the round with parts missing and the peer kept its own "
+            "values for them (a partial round). Gaps: no all-reduce yet.",
+            targets((f"trainer_averaging_received_share{{{TRAINER}}}", "{{peer}} {{kind}}")),
+            unit="percentunit",
+            minimum=0,
         ),
     ]
     variables = [

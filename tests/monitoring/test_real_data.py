@@ -25,10 +25,14 @@ from pathlib import Path
 import pytest
 from monitoring_support import load_dashboards, panel_queries, render_prometheus, substitute, write_inventory
 
+from experiment.results import read_rounds
+
 pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster, pytest.mark.timeout(300)]
 
 TRAINER = Path(sys.executable).with_name("trainer")
 RUN_ID = "monitoring-e2e"
+# issue 28: after the pair, peer-01 alone, as a run of its own: its rounds find no group and fail
+ALONE_RUN_ID = "monitoring-e2e-alone"
 RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval would be for a 1 s scrape interval and a short range
 SCRAPE = {
     "prometheus_scrape_interval": "1s",
@@ -84,12 +88,15 @@ def start(stack: ExitStack, args: list[str], log: Path) -> subprocess.Popen:
     return proc
 
 
-def trainer_args(peer: str, port: int, results: Path) -> list[str]:
+def trainer_args(
+    peer: str, port: int, results: Path, *, run_id: str = RUN_ID, peers: int = 2, max_steps: int = 50
+) -> list[str]:
     return [
         str(TRAINER), "run", "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic",
-        "--batch-size", "16", "--max-steps", "50", "--target-batch-size", "128", "--matchmaking-time", "2",
-        "--averaging-timeout", "15", "--expected-peers", "2", "--start-timeout", "120", "--finish-grace", "5",
-        "--vcpus", "1", "--run-id", RUN_ID, "--peer-id", peer, "--results-dir", str(results / peer),
+        "--batch-size", "16", "--max-steps", str(max_steps), "--target-batch-size", "128",
+        "--matchmaking-time", "2", "--averaging-timeout", "15", "--expected-peers", str(peers),
+        "--start-timeout", "120", "--finish-grace", "5",
+        "--vcpus", "1", "--run-id", run_id, "--peer-id", peer, "--results-dir", str(results / peer),
         "--metrics-address", "127.0.0.1", "--metrics-port", str(port), "--listen", "/ip4/127.0.0.1/tcp/0",
     ]  # fmt: skip
 
@@ -176,6 +183,14 @@ def scraped_run(tmp_path_factory):
             assert returncode == 0, (
                 f"{peer} exited {returncode}:\n{(work / f'{peer}.log').read_text()[-3000:]}"
             )
+        # peer-01 again, alone, on the same exporter port: an epoch every 8 steps, and no group for its rounds
+        alone = work / ALONE_RUN_ID
+        lone = start(
+            stack,
+            trainer_args("peer-01", ports["peer-01"], alone, run_id=ALONE_RUN_ID, peers=1, max_steps=20),
+            work / "alone.log",
+        )
+        assert lone.wait(150) == 0, (work / "alone.log").read_text()[-3000:]
         time.sleep(2)  # a last scrape and rule evaluation after the final steps
         yield api, begin, time.time(), work
 
@@ -184,7 +199,9 @@ def test_every_panel_has_data(scraped_run):
     api, begin, end, _work = scraped_run
     run_ids = get_json(f"{api}/label/run_id/values?match[]=trainer_run_info")["data"]
     assert RUN_ID in run_ids
-    variables = {"run_id": RUN_ID, "peer": ".+", "host": ".+", "__rate_interval": RATE_INTERVAL}
+    # both runs, as a regex (the dashboard's selectors are =~): the failed rounds come from the lone one
+    runs = f"{RUN_ID}|{ALONE_RUN_ID}"
+    variables = {"run_id": runs, "peer": ".+", "host": ".+", "__rate_interval": RATE_INTERVAL}
     empty = []
     checked = 0
     for name, dashboard in load_dashboards().items():
@@ -220,3 +237,27 @@ def test_rules_evaluate_cleanly(scraped_run):
     rules = [rule for group in groups for rule in group["rules"]]
     assert len(rules) >= 9
     assert [r["name"] for r in rules if r["health"] != "ok"] == []
+
+
+def test_a_failed_round_shows_on_the_round_health_panel_with_its_cause(scraped_run):
+    """Issue 28: the lone peer's rounds failed (no group); the dashboard shows them while the run goes on,
+    with the cause rounds.csv gives them."""
+    api, begin, end, work = scraped_run
+    experiment = load_dashboards()["experiment.json"]
+    (panel,) = [p for p in experiment["panels"] if p["title"] == "Failed rounds by cause"]
+    by_cause = panel["targets"][0]["expr"]
+    variables = {"run_id": ALONE_RUN_ID, "peer": ".+", "__rate_interval": RATE_INTERVAL}
+    params = {"query": substitute(by_cause, variables), "start": begin, "end": end, "step": "1"}
+    result = get_json(f"{api}/query_range?{urllib.parse.urlencode(params)}")
+    shown = {series["metric"]["cause"] for series in result["data"]["result"] if has_data({"data": {
+        "result": [series]}})}  # fmt: skip
+    rounds = read_rounds(work / ALONE_RUN_ID / "peer-01")
+    failed = {row["cause"] for row in rounds if row["outcome"] != "ok"}
+    assert "no_group" in failed, [(r["epoch"], r["outcome"], r["error"]) for r in rounds]
+    assert "no_group" in shown and shown <= failed, (shown, failed)
+    # the paired run's healthy rounds: their last all-reduce received all of the result
+    params = {"query": f'trainer_averaging_received_share{{run_id="{RUN_ID}"}}', "start": begin, "end": end,
+              "step": "1"}  # fmt: skip
+    shares = get_json(f"{api}/query_range?{urllib.parse.urlencode(params)}")["data"]["result"]
+    values = [float(v) for series in shares for _t, v in series["values"] if math.isfinite(float(v))]
+    assert values and all(0 <= v <= 1 for v in values), values

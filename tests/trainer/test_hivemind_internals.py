@@ -84,7 +84,7 @@ def test_collector_merges_child_timings_with_the_training_process_waits():
     collector.note_epoch(1, 3)
     collector.add_blocking(1, 0.75)
     collector.mark_finished(1)
-    _Averager.round_queue.put(_child(1, KIND_GRADIENTS))
+    _Averager.round_queue.put(_child(1, KIND_GRADIENTS, received=0.75))
     (gradients,) = _drain(collector)
     assert (gradients.kind, gradients.outcome, gradients.epoch, gradients.group_size) == (
         "gradients",
@@ -95,6 +95,7 @@ def test_collector_merges_child_timings_with_the_training_process_waits():
     assert gradients.blocking_seconds == 0.75
     assert gradients.allreduce_seconds == 0.5
     assert gradients.matchmaking_seconds == pytest.approx(2.5, abs=1e-6)
+    assert gradients.received_share == 0.75  # issue 28: the share of the result the all-reduce delivered
 
 
 def test_collector_holds_a_background_round_until_the_training_process_is_done_with_it():

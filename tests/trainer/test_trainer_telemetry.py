@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import urllib.request
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from experiment.results import RoundRecord, StepRecord
+from experiment.results import ROUND_CAUSES, RoundRecord, StepRecord
 from trainer.config import RunConfig
 from trainer.telemetry import BASE_LABELS, BUCKETS, EXTRA_LABELS, METRICS, Telemetry
 
@@ -21,6 +22,9 @@ DOCUMENTED = {
     "trainer_steps_total": "counter",
     "trainer_samples_total": "counter",
     "trainer_averaging_rounds_total": "counter",
+    "trainer_averaging_failures_total": "counter",
+    "trainer_matchmaking_seconds": "histogram",
+    "trainer_averaging_received_share": "gauge",
     "trainer_loss": "gauge",
     "trainer_hivemind_epoch": "gauge",
     "trainer_peers": "gauge",
@@ -76,6 +80,13 @@ def test_every_series_exists_at_zero_from_startup() -> None:
     combos = {(s.labels["kind"], s.labels["outcome"]) for s in rounds.samples if s.name.endswith("_total")}
     assert combos == {(k, o) for k in ("gradients", "parameters") for o in ("ok", "failed", "timeout")}
     assert all(s.value == 0 for s in rounds.samples if s.name.endswith("_total"))
+    failures = [s for s in families["trainer_averaging_failures_total"].samples if s.name.endswith("_total")]
+    causes = {(s.labels["kind"], s.labels["cause"]) for s in failures}
+    assert causes == {(k, c) for k in ("gradients", "parameters") for c in ROUND_CAUSES}
+    assert all(s.value == 0 for s in failures)
+    received = families["trainer_averaging_received_share"].samples
+    assert {s.labels["kind"] for s in received} == {"gradients", "parameters"}
+    assert all(math.isnan(s.value) for s in received)  # no round yet: not "received nothing"
     buckets = {s.labels["le"] for s in families["trainer_step_seconds"].samples if s.name.endswith("_bucket")}
     assert {"0.001", "300.0", "+Inf"} <= buckets
     step_averaging = families["trainer_step_averaging_seconds"].samples
@@ -124,6 +135,35 @@ def test_observations_reach_the_right_series() -> None:
     timeout = {**base, "kind": "parameters", "outcome": "timeout"}
     assert value("trainer_averaging_rounds_total", timeout) == 1
     assert value("trainer_averaging_seconds_count", timeout) == 0  # nothing measured, nothing observed
+
+
+def test_round_health_failures_by_cause_matchmaking_and_the_received_share() -> None:
+    """Issue 28: what a dashboard needs to show failed rounds while the run goes on."""
+    telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="hivemind")
+    value = telemetry.registry.get_sample_value
+    base = telemetry.base_labels
+    telemetry.observe_round(
+        RoundRecord(timestamp=1.0, epoch=1, kind="gradients", outcome="ok", group_size=2,
+                    matchmaking_seconds=0.4, allreduce_seconds=0.2, received_share=1.0)
+    )  # fmt: skip
+    partial = RoundRecord(
+        timestamp=2.0, epoch=2, kind="gradients", outcome="failed", group_size=2, matchmaking_seconds=0.3,
+        allreduce_seconds=0.5, error="partial: received 81.9% of the averaged results", received_share=0.819,
+    )  # fmt: skip
+    telemetry.observe_round(partial)
+    lone = RoundRecord(timestamp=3.0, epoch=3, kind="parameters", outcome="failed", matchmaking_seconds=2.0,
+                       error="AllreduceException: Averaging step failed: could not find a group")  # fmt: skip
+    telemetry.observe_round(lone)
+    assert (partial.cause, lone.cause) == ("partial", "no_group")
+    gradients, parameters = {**base, "kind": "gradients"}, {**base, "kind": "parameters"}
+    assert value("trainer_averaging_failures_total", {**gradients, "cause": "partial"}) == 1
+    assert value("trainer_averaging_failures_total", {**parameters, "cause": "no_group"}) == 1
+    assert value("trainer_averaging_failures_total", {**gradients, "cause": "no_group"}) == 0
+    assert value("trainer_matchmaking_seconds_count", gradients) == 2
+    assert value("trainer_matchmaking_seconds_sum", gradients) == 0.7
+    assert value("trainer_matchmaking_seconds_count", parameters) == 1  # all of a lone round: matchmaking
+    assert value("trainer_averaging_received_share", gradients) == 0.819  # the last round's
+    assert math.isnan(value("trainer_averaging_received_share", parameters))  # no all-reduce ran
 
 
 def test_exporter_on_a_free_port() -> None:

@@ -161,6 +161,7 @@ class DataParallelStrategy:
                 matchmaking_seconds=0.0,
                 allreduce_seconds=seconds,
                 blocking_seconds=seconds,
+                received_share=1.0,  # a collective of every rank: it returns all of the result or fails
             )
         )
 
