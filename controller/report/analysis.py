@@ -28,6 +28,10 @@ from controller.report.metrics import (
 from experiment.results import ROUND_CAUSES, percentile
 
 BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
+#: the averaging part split by where the steps waited (they sum to it): forming a group, the all-reduce
+#: itself, a background round (local updates: the step waits for the round its epoch started), and the rest
+#: (state averaging or download, waits no round accounts for)
+AVERAGING_PARTS = ("matchmaking", "allreduce", "background_wait", "averaging_other")
 EPOCH_PHASE_PARTS = ("step", "data", "compute", "optimizer", "averaging")  # steps.csv's <part>_seconds
 EFFECT_FACTORS = ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
 EFFECT_METRICS = ("time_to_target_seconds", "samples_per_second", "averaging_share", "final_loss")
@@ -245,6 +249,45 @@ def ceiling_speedup(
     return median([c for c in ceilings if c is not None])
 
 
+def averaging_split(e: Experiment, averaging: float) -> dict[str, float]:
+    """Seconds of the steps' averaging wait (``averaging``, summed over steps) by AVERAGING_PARTS, from the
+    rounds the steps waited for (rounds.csv ``blocking_seconds``). A round that ran in the background
+    (Hivemind with local updates) is a background wait; a round the step waited through is its all-reduce
+    (the round's last phase, so a wait up to its length) and then its matchmaking. Waits no round accounts
+    for are averaging_other; rounds that claim more than the steps waited are scaled down to it.
+
+    >>> from pathlib import Path
+    >>> rounds = [{"blocking_seconds": 3.0, "matchmaking_seconds": 2.0, "allreduce_seconds": 0.5},
+    ...           {"blocking_seconds": 2.0, "matchmaking_seconds": 2.0, "allreduce_seconds": None}]
+    >>> peer = type("Peer", (), {"rounds": rounds})()
+    >>> e = Experiment("hm", Path("hm"), {"strategy": "hivemind", "local_updates": False}, True, [peer])
+    >>> averaging_split(e, 6.0)  # 0.5 s all-reduce, 2 + 2 matchmaking; the rest no round's phases explain
+    {'matchmaking': 4.0, 'allreduce': 0.5, 'background_wait': 0.0, 'averaging_other': 1.5}
+    >>> e.settings["local_updates"] = True
+    >>> averaging_split(e, 4.0)  # the rounds claim 5 s of 4: scaled down
+    {'matchmaking': 0.0, 'allreduce': 0.0, 'background_wait': 4.0, 'averaging_other': 0.0}
+    """
+    background = e.settings.get("strategy") == "hivemind" and bool(e.settings.get("local_updates"))
+    parts = dict.fromkeys(AVERAGING_PARTS, 0.0)
+    for peer in e.peers:
+        for round_ in peer.rounds:
+            blocked = round_.get("blocking_seconds") or 0.0
+            if blocked <= 0:
+                continue
+            if background:
+                parts["background_wait"] += blocked
+                continue
+            in_allreduce = min(blocked, round_.get("allreduce_seconds") or 0.0)
+            parts["allreduce"] += in_allreduce
+            parts["matchmaking"] += min(blocked - in_allreduce, round_.get("matchmaking_seconds") or 0.0)
+    explained = sum(parts.values())
+    if explained > averaging > 0 or averaging <= 0:
+        scale = averaging / explained if explained > 0 and averaging > 0 else 0.0
+        parts = {part: seconds * scale for part, seconds in parts.items()}
+    parts["averaging_other"] = max(0.0, averaging - sum(parts.values()))
+    return parts
+
+
 def breakdown_row(e: Experiment) -> dict[str, Any]:
     """Summed step-time components over all steps of all peers, per-step means (ms) and shares."""
     steps = [row for peer in e.peers for row in peer.steps]
@@ -264,6 +307,10 @@ def breakdown_row(e: Experiment) -> dict[str, Any]:
         row[f"{part}_ms"] = 1000 * sums[part] / len(steps) if steps else None
     for part in BREAKDOWN_PARTS:
         row[f"{part}_share"] = sums[part] / step_total if step_total else None
+    split = averaging_split(e, sums["averaging"])
+    for part in AVERAGING_PARTS:
+        row[f"{part}_ms"] = 1000 * split[part] / len(steps) if steps else None
+        row[f"{part}_share"] = split[part] / step_total if step_total else None
     return row
 
 
@@ -275,6 +322,8 @@ def _breakdown(experiments: list[Experiment]) -> Table:
         "step_ms",
         *(f"{part}_ms" for part in BREAKDOWN_PARTS),
         *(f"{part}_share" for part in BREAKDOWN_PARTS),
+        *(f"{part}_ms" for part in AVERAGING_PARTS),
+        *(f"{part}_share" for part in AVERAGING_PARTS),
     )
     rows = [breakdown_row(e) for e in experiments]
     return _table("breakdown", "Step-time breakdown (mean per step over all peers)", rows, columns)
@@ -647,4 +696,13 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["Analysis", "analyse", "breakdown_row", "merged_steps", "is_number", "preprocessing_factors"]
+__all__ = [
+    "AVERAGING_PARTS",
+    "Analysis",
+    "analyse",
+    "averaging_split",
+    "breakdown_row",
+    "merged_steps",
+    "is_number",
+    "preprocessing_factors",
+]

@@ -12,7 +12,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from controller.report.analysis import BREAKDOWN_PARTS, EFFECT_FACTORS, EFFECT_METRICS, Analysis  # noqa: E402
+from controller.report.analysis import (  # noqa: E402
+    AVERAGING_PARTS,
+    BREAKDOWN_PARTS,
+    EFFECT_FACTORS,
+    EFFECT_METRICS,
+    Analysis,
+)
 from controller.report.faults import fault_windows  # noqa: E402
 from controller.report.metrics import bandwidth_bound  # noqa: E402
 
@@ -27,9 +33,20 @@ PART_COLOURS = {
     "data": "#4c72b0",
     "compute": "#55a868",
     "averaging": "#c44e52",
+    # the averaging part, split: reds from dark to light
+    "matchmaking": "#8c2d2f",
+    "allreduce": "#c44e52",
+    "background_wait": "#e3897f",
+    "averaging_other": "#f2c4bd",
     "optimizer_local": "#8172b2",
     "other": "#bbbbbb",
 }
+
+
+#: the breakdown's bars: its parts, the averaging part drawn as its split (AVERAGING_PARTS sum to it)
+BAR_PARTS = tuple(
+    part for top in BREAKDOWN_PARTS for part in (AVERAGING_PARTS if top == "averaging" else (top,))
+)
 
 
 def _save(figure: Any, path: Path) -> Path:
@@ -162,7 +179,7 @@ def breakdown_plot(analysis: Analysis, out: Path) -> Path:
     labels = distinct_labels([(row["setting"], row["experiment_id"]) for row in rows])
     for axis, suffix, xlabel in ((absolute, "_ms", "ms per step"), (shares, "_share", "share of step time")):
         left = [0.0] * len(rows)
-        for part in BREAKDOWN_PARTS:
+        for part in BAR_PARTS:
             values = [max(row[f"{part}{suffix}"] or 0.0, 0.0) for row in rows]
             axis.barh(labels, values, left=left, color=PART_COLOURS[part], label=part)
             left = [a + b for a, b in zip(left, values, strict=True)]
@@ -172,9 +189,9 @@ def breakdown_plot(analysis: Analysis, out: Path) -> Path:
             _no_data(axis)
     shares.set_yticklabels([])
     handles, names = absolute.get_legend_handles_labels()  # below the bars, never on them
-    figure.legend(handles, names, fontsize=8, loc="lower center", ncol=len(BREAKDOWN_PARTS), frameon=False)
+    figure.legend(handles, names, fontsize=8, loc="lower center", ncol=len(BAR_PARTS), frameon=False)
     figure.subplots_adjust(bottom=max(0.08, 0.9 / (0.4 * max(len(rows), 4) + 1.5)))
-    figure.suptitle("Step-time breakdown: data loading / compute / averaging")
+    figure.suptitle("Step-time breakdown: data loading / compute / averaging (matchmaking, all-reduce, ...)")
     return _save(figure, out / "breakdown.png")
 
 

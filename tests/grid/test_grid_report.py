@@ -14,6 +14,7 @@ from grid_support import RUN_SETTINGS as SETTINGS
 from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
 from controller.calibration import KIND
+from controller.report.analysis import AVERAGING_PARTS
 from controller.report.command import parse_bandwidth
 from controller.report.metrics import bandwidth_bound
 from experiment.results import read_summary
@@ -223,6 +224,11 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         assert float(speed["scaling_efficiency"]) == pytest.approx(base / mine * 1 / 2)
     share = rows_by_id(out / "breakdown.csv")["hm-2p-r1"]
     assert 0 < float(share["averaging_share"]) < 1
+    # issue 28: the averaging part split by where the steps waited, adding up to it
+    split = {part: float(share[f"{part}_ms"]) for part in AVERAGING_PARTS}
+    assert sum(split.values()) == pytest.approx(float(share["averaging_ms"]), rel=1e-6, abs=1e-9)
+    assert all(ms >= 0 for ms in split.values()), split
+    assert split["matchmaking"] + split["allreduce"] + split["background_wait"] > 0, split
 
     # run edges: the first epoch, the middle ones and the last two, by hand from both peers' steps
     steps = [r for peer in ("peer-01", "peer-02") for r in read_csv(hivemind / peer / "steps.csv")]
