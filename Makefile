@@ -50,11 +50,11 @@ apt:
 
 venv: $(VENV)/.setup-done
 
-# --no-compile: Python compiles a module when it is first imported, instead of pip compiling all 26000 files
-# (most of them Ansible collections the project never loads)
+# pip compiles every module at install: needed where PYTHONDONTWRITEBYTECODE is set (as on this project's
+# machines), else every process compiles what it imports, each time (--no-compile made CI 20-30 % slower)
 $(VENV)/.setup-done: requirements/dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile -r requirements/dev.txt -e .
+	$(PY) -m pip install --quiet -r requirements/dev.txt -e .
 	touch $@
 
 image: apt venv
