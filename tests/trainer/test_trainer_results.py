@@ -62,7 +62,13 @@ def test_round_trip(tmp_path) -> None:
     assert (
         writer.write_round(
             RoundRecord(
-                timestamp=1003.5, epoch=1, kind="gradients", outcome="ok", group_size=2, allreduce_seconds=0.4
+                timestamp=1003.5,
+                epoch=1,
+                kind="gradients",
+                outcome="ok",
+                group_size=2,
+                allreduce_seconds=0.4,
+                received_share=0.875,
             )
         )
         == 1
@@ -90,6 +96,7 @@ def test_round_trip(tmp_path) -> None:
         "blocking_seconds": None,
         "error": None,
         "cause": None,
+        "received_share": 0.875,
     }
     assert rounds[1]["round"] == 2 and rounds[1]["outcome"] == "timeout" and rounds[1]["error"] == "no group"
     assert rounds[1]["cause"] == "no_group"  # no all-reduce began: matchmaking found nobody
