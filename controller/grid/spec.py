@@ -9,7 +9,7 @@ A grid file (YAML) holds::
     derived: {var: expression}    # shared derived values (a block's own value for the key wins)
     blocks:                       # each block is one table: the product of its axes, repeated
       - name: baseline
-        repeats: 4                # default 1
+        repeats: 4                # default 3 (DEFAULT_REPEATS)
         fixed: {var: value}
         axes: {var: [value, ...]}
         derived: {var: expression}
@@ -20,7 +20,8 @@ values (for keys the block does not set) and the block's derived values are eval
 Expressions (controller/grid/expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
 whose strategy is ``baseline`` are the baselines the report compares the others with.
 
-Repeats are independent samples, not copies: where a block sets no ``seed``, repeat r runs with seed r - 1
+A block runs DEFAULT_REPEATS (3) repeats unless it sets ``repeats:``: one run cannot tell a real difference from
+this testbed's run-to-run noise (docs/statistics.md). Repeats are independent samples, not copies: where a block sets no ``seed``, repeat r runs with seed r - 1
 (model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
 not include this seed, so a grid's ids stay the same.
 
@@ -45,6 +46,8 @@ from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_sett
 
 TOP_KEYS = ("name", "description", "constants", "fixed", "derived", "blocks")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
+#: a block's repeats where it sets none: the fewest that give an interval with a spread (issue #26)
+DEFAULT_REPEATS = 3
 
 
 class GridError(ValueError):
@@ -181,7 +184,7 @@ def _expand_block(
     if not isinstance(name, str) or not name:
         where.fail(f"{key}.name", "every block needs a name")
     key = f"{key} ({name})"
-    repeats = block.get("repeats", 1)
+    repeats = block.get("repeats", DEFAULT_REPEATS)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         where.fail(f"{key}.repeats", f"must be an integer >= 1 (got {repeats!r})")
     if repeats_override is not None:

@@ -139,13 +139,13 @@ def test_thesis_dry_run_lists_the_study():
     assert "max_steps=625" in listed[-1] and "peers=16" in listed[-1]
 
 
-def test_smoke_grid_is_2_baselines_and_2_hivemind_runs():
+def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     grid = load_grid(SMOKE)
-    assert grid.totals() == {"baseline": 2, "hivemind": 2}
+    assert grid.totals() == {"baseline": 3, "hivemind": 6}  # issue #26: 3 repeats where a block sets none
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
-    first, second = ({k: v for k, v in run.settings.items() if k != "seed"} for run in baselines)
-    assert first == second  # the same setting ...
-    assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1)]  # ... seeded apart
+    settings = [{k: v for k, v in run.settings.items() if k != "seed"} for run in baselines]
+    assert settings[0] == settings[1] == settings[2]  # the same setting ...
+    assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1), (3, 2)]  # seeded apart
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
     for run in grid.runs:  # same samples in every experiment
@@ -162,7 +162,8 @@ def test_ids_are_deterministic_and_valid_for_the_playbook():
         assert run.experiment_id == experiment_id(unseeded, run.repeat)
     # integral floats and ints are the same setting
     (run,) = parse_grid(
-        {"blocks": [{"name": "b", "fixed": {"batch_size": 32.0, "learning_rate": 1}}]}, path=Path("x.yml")
+        {"blocks": [{"name": "b", "repeats": 1, "fixed": {"batch_size": 32.0, "learning_rate": 1}}]},
+        path=Path("x.yml"),
     ).runs
     assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == run.experiment_id
 
