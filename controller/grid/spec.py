@@ -20,8 +20,9 @@ values (for keys the block does not set) and the block's derived values are eval
 Expressions (controller/grid/expr.py) read the constants, the settings so far and ``repeat`` (1-based). Runs
 whose strategy is ``baseline`` are the baselines the report compares the others with.
 
-A block runs DEFAULT_REPEATS (3) repeats unless it sets ``repeats:``: one run cannot tell a real difference from
-this testbed's run-to-run noise (docs/statistics.md). Repeats are independent samples, not copies: where a block sets no ``seed``, repeat r runs with seed r - 1
+A block runs DEFAULT_REPEATS (3) repeats unless it sets ``repeats:``: one run cannot tell a real difference
+from this testbed's run-to-run noise (docs/statistics.md). Repeats are independent samples, not copies: where
+a block sets no ``seed``, repeat r runs with seed r - 1
 (model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
 not include this seed, so a grid's ids stay the same.
 

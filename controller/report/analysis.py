@@ -15,12 +15,15 @@ from controller.report.intervals import comparisons_table, repeats_table
 from controller.report.metrics import (
     Table,
     bandwidth_bound,
+    best_accuracy,
+    default_accuracy_targets,
     default_targets,
     loss_curve,
     median,
     merged_steps,
     model_bytes,
     target_for,
+    time_to_accuracy,
     time_to_target,
     total,
     wall_seconds,
@@ -34,7 +37,13 @@ BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
 AVERAGING_PARTS = ("matchmaking", "allreduce", "background_wait", "averaging_other")
 EPOCH_PHASE_PARTS = ("step", "data", "compute", "optimizer", "averaging")  # steps.csv's <part>_seconds
 EFFECT_FACTORS = ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
-EFFECT_METRICS = ("time_to_target_seconds", "samples_per_second", "averaging_share", "final_loss")
+EFFECT_METRICS = (
+    "time_to_target_seconds",
+    "time_to_accuracy_seconds",
+    "samples_per_second",
+    "averaging_share",
+    "final_loss",
+)
 
 
 @dataclass
@@ -46,6 +55,8 @@ class Analysis:
     targets: dict[str, float | None]
     model_bytes: dict[str, int]
     bandwidth: float | None
+    #: per experiment the validation accuracy its time to accuracy is measured against (None: no target)
+    accuracy_targets: dict[str, float | None] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     round_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: the compute calibration behind each speedup's no-communication ceiling (controller/calibration.py)
@@ -58,15 +69,24 @@ def analyse(
     target_loss: float | None,
     bandwidth: float | None,
     calibration: Calibration | None = None,
+    target_accuracy: float | None = None,
 ) -> Analysis:
-    """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss.
+    """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss;
+    `target_accuracy` None: per group the accuracy every baseline repeat reaches.
     `bandwidth` (bytes/s) None: each experiment's measured value from experiment.json, if any.
     `calibration`: the compute calibration the speedups' ceilings come from (none: no ceilings)."""
     curves = {e.experiment_id: loss_curve(e) for e in experiments}
     group_targets = default_targets(experiments, curves)
     targets = {e.experiment_id: target_for(e, group_targets, target_loss) for e in experiments}
+    accuracy_targets = default_accuracy_targets(experiments)
     analysis = Analysis(
-        experiments, curves, targets, model_bytes(experiments), bandwidth, calibration=calibration
+        experiments,
+        curves,
+        targets,
+        model_bytes(experiments),
+        bandwidth,
+        {e.experiment_id: target_for(e, accuracy_targets, target_accuracy) for e in experiments},
+        calibration=calibration,
     )
     rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
@@ -122,6 +142,9 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "best_loss": min(losses) if losses else None,
         "target_loss": target,
         "time_to_target_seconds": time_to_target(analysis.curves[e.experiment_id], target),
+        "best_accuracy": best_accuracy(e),
+        "target_accuracy": analysis.accuracy_targets.get(e.experiment_id),
+        "time_to_accuracy_seconds": time_to_accuracy(e, analysis.accuracy_targets.get(e.experiment_id)),
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),
         # why they failed (rounds.csv `cause`; files written before it existed count as other)
@@ -199,6 +222,10 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
         base_time = median(base_times)
         hm_time = row["time_to_target_seconds"]
         speedup = base_time / hm_time if base_time is not None and hm_time else None
+        base_accuracy_time = median(
+            [t for b in matching if (t := rows[b.experiment_id]["time_to_accuracy_seconds"]) is not None]
+        )
+        accuracy_time = row["time_to_accuracy_seconds"]
         base_vcpus = [b.total_vcpus for b in matching if b.total_vcpus]
         efficiency = None
         if speedup is not None and base_vcpus and e.total_vcpus:
@@ -220,14 +247,24 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
                 "scaling_efficiency": efficiency,
                 "throughput_speedup": rate / median(base_rates) if rate and base_rates else None,
                 "ceiling_speedup": ceiling_speedup(analysis.calibration, e, matching),
+                "target_accuracy": row["target_accuracy"],
+                "baseline_time_to_accuracy_s": base_accuracy_time,
+                "time_to_accuracy_s": accuracy_time,
+                "accuracy_speedup": (
+                    base_accuracy_time / accuracy_time
+                    if base_accuracy_time is not None and accuracy_time
+                    else None
+                ),
             }
         )
     columns = (
         *("experiment_id", "setting", "batch_size", "learning_rate", "target_loss", "baselines"),
         *("baseline_time_s", "baseline_time_min_s", "baseline_time_max_s", "hivemind_time_s"),
         *("speedup", "scaling_efficiency", "throughput_speedup", "ceiling_speedup"),
+        *("target_accuracy", "baseline_time_to_accuracy_s", "time_to_accuracy_s", "accuracy_speedup"),
     )
-    return _table("time_to_target", "Time to target loss, speedup and scaling efficiency", table, columns)
+    title = "Time to target loss and to target accuracy, speedup and scaling efficiency"
+    return _table("time_to_target", title, table, columns)
 
 
 def ceiling_speedup(

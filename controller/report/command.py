@@ -60,6 +60,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(default: per batch size and LR, the baselines' worst final loss)",
     )
     parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        help="target validation accuracy (0-1) for every group (default: per batch size and LR, the accuracy "
+        "every baseline repeat reaches); needs runs with evals.csv (-e eval_every=K)",
+    )
+    parser.add_argument(
         "--calibration",
         type=Path,
         help="compute calibration for the speedups' no-communication ceilings (`trainer calibrate` writes "
@@ -87,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
         bandwidth = parse_bandwidth(args.bandwidth) if args.bandwidth else None
         if args.target_loss is not None and not args.target_loss > 0:
             raise ValueError(f"--target-loss must be positive (got {args.target_loss})")
+        if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
+            raise ValueError(f"--target-accuracy must be in (0, 1] (got {args.target_accuracy})")
         if not args.results_dir.is_dir():
             raise ValueError(f"results directory not found: {args.results_dir}")
         if args.calibration is not None:  # refused before any result is read
@@ -103,7 +111,11 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or args.results_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     analysis = analyse(
-        experiments, target_loss=args.target_loss, bandwidth=bandwidth, calibration=calibration
+        experiments,
+        target_loss=args.target_loss,
+        target_accuracy=args.target_accuracy,
+        bandwidth=bandwidth,
+        calibration=calibration,
     )
     report = write_report(analysis, out, args.results_dir)
     print(f"report: {report} ({len(experiments)} experiments)")

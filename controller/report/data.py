@@ -18,11 +18,13 @@ from typing import Any
 
 from controller.grid.status import is_true
 from experiment.results import (
+    EVAL_COLUMNS,
     ROUND_COLUMNS,
     STEP_COLUMNS,
     STEPS_FILE,
     is_complete,
     read_config,
+    read_evals,
     read_rounds,
     read_steps,
     read_summary,
@@ -56,6 +58,8 @@ class PeerRun:
     rounds: list[dict[str, Any]]
     complete: bool
     summary: dict[str, Any] = field(default_factory=dict)
+    #: evals.csv (validation loss and accuracy every `eval_every` steps; empty when the run evaluated never)
+    evals: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +157,7 @@ def load_experiment(path: Path) -> Experiment | None:
             read_rounds(peer_dir),
             is_complete(peer_dir),
             read_summary(peer_dir) or {},
+            read_evals(peer_dir),
         )
         for peer_dir in peer_dirs
     ]
@@ -174,8 +179,10 @@ def load_experiment(path: Path) -> Experiment | None:
     return in_modelled_time(experiment, factor) if factor > 1 else experiment
 
 
-#: steps.csv/rounds.csv columns in seconds; ``timestamp`` (Unix time) is rebased instead
-_DURATION_COLUMNS = tuple(dict.fromkeys(c for c in (*STEP_COLUMNS, *ROUND_COLUMNS) if c.endswith("_seconds")))
+#: steps.csv/rounds.csv/evals.csv columns in seconds; ``timestamp`` (Unix time) is rebased instead
+_DURATION_COLUMNS = tuple(
+    dict.fromkeys(c for c in (*STEP_COLUMNS, *ROUND_COLUMNS, *EVAL_COLUMNS) if c.endswith("_seconds"))
+)
 _FAULT_MOMENTS = ("started", "applied_at", "healed_at")
 
 
@@ -218,6 +225,7 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
             rows(p.rounds),
             p.complete,
             {**p.summary, **(p.summary.get("modelled") or {})},
+            rows(p.evals),
         )
         for p in experiment.peers
     ]

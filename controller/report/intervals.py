@@ -23,7 +23,18 @@ CONFIDENCE = 0.95
 RESAMPLES = 4999
 SEED = 26  # the number: any fixed seed makes the intervals reproducible
 TRIMMED_FROM = 5  # repeats from which MLPerf's trimmed mean is given
-METRICS = ("samples_per_second", "time_to_target_seconds")
+METRICS = ("samples_per_second", "time_to_target_seconds", "time_to_accuracy_seconds")
+#: the comparisons with the baselines: name -> (the metric, whether larger is faster)
+SPEEDUPS = {
+    "throughput": ("samples_per_second", True),
+    "time_to_target": ("time_to_target_seconds", False),
+    "time_to_accuracy": ("time_to_accuracy_seconds", False),
+}
+SPEEDUP_WORDS = {
+    "throughput": "samples/s",
+    "time_to_target": "time to target loss",
+    "time_to_accuracy": "time to accuracy",
+}
 
 
 def bootstrap_interval(
@@ -144,13 +155,10 @@ def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, A
             "repeats": len(group),
             "baseline_repeats": len(base),
         }
-        rates = (_values(group, rows, "samples_per_second"), _values(base, rows, "samples_per_second"))
-        # time to target: the baseline's time over this setting's (a speedup > 1 is faster)
-        times = (
-            _values(base, rows, "time_to_target_seconds"),
-            _values(group, rows, "time_to_target_seconds"),
-        )
-        for name, (numerator, denominator) in (("throughput", rates), ("time_to_target", times)):
+        for name, (metric, larger_is_faster) in SPEEDUPS.items():
+            # a speedup > 1 is faster: samples/s over the baselines', the baselines' time over this setting's
+            ours, theirs = _values(group, rows, metric), _values(base, rows, metric)
+            numerator, denominator = (ours, theirs) if larger_is_faster else (theirs, ours)
             point = _ratio_of_means(numerator, denominator) if numerator and denominator else None
             interval = bootstrap_interval([numerator, denominator], _ratio_of_means)
             row.update(
@@ -163,9 +171,7 @@ def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, A
             )
         table.append(row)
     columns = ("setting", "repeats", "baseline_repeats") + tuple(
-        f"{name}_{part}"
-        for name in ("throughput", "time_to_target")
-        for part in ("speedup", "ci_low", "ci_high", "verdict")
+        f"{name}_{part}" for name in SPEEDUPS for part in ("speedup", "ci_low", "ci_high", "verdict")
     )
     title = "Against the baselines: speedups with 95 % intervals (both sides resampled) and verdicts"
     return Table("comparisons", title, columns, table)
@@ -182,7 +188,7 @@ def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
     if not comparisons.rows:
         lines.append("No comparison: no baseline shares a setting's model, data, batch size and LR.")
     for row in comparisons.rows:
-        for name, words in (("throughput", "samples/s"), ("time_to_target", "time to target")):
+        for name, words in SPEEDUP_WORDS.items():
             if row[f"{name}_speedup"] is None:
                 continue
             interval = (

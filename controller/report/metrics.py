@@ -8,6 +8,10 @@ Definitions (also printed in report.md):
 - **wall time**: the largest ``wall_seconds`` of any peer's last step; **throughput**: all peers' samples
   / wall.
 - **time to target**: the first wall time at which the loss curve is at or below the target loss.
+- **time to accuracy**: the wall time by which every peer's validation (evals.csv, every ``eval_every``
+  steps) has reached the target accuracy: per peer its first eval at or above it, the latest of those. The
+  default target, per comparison group, is the accuracy every baseline repeat reaches (the lowest of their
+  best accuracies), as the thesis chose it; runs without evals have none.
 - **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to
   target; **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per
   vCPU.
@@ -135,6 +139,40 @@ def time_to_target(curve: tuple[list[float], list[float]], target: float | None)
     return None
 
 
+def time_to_accuracy(experiment: Experiment, target: float | None) -> float | None:
+    """The wall time by which every peer that evaluated reached ``target`` accuracy (module docstring).
+
+    >>> from controller.report.data import PeerRun
+    >>> peer = lambda *points: PeerRun("p", [], [], True, evals=[
+    ...     {"wall_seconds": t, "val_accuracy": a} for t, a in points])
+    >>> run = Experiment("x", Path("x"), {}, True, [peer((10, 0.5), (20, 0.8)), peer((12, 0.85))])
+    >>> time_to_accuracy(run, 0.8), time_to_accuracy(run, 0.9), time_to_accuracy(run, None)
+    (20, None, None)
+    """
+    if target is None:
+        return None
+    reached = []
+    for peer in experiment.peers:
+        if not peer.evals:
+            continue
+        times = [
+            row["wall_seconds"]
+            for row in peer.evals
+            if row.get("wall_seconds") is not None and (row.get("val_accuracy") or 0.0) >= target
+        ]
+        if not times:
+            return None
+        reached.append(min(times))
+    return max(reached) if reached else None
+
+
+def best_accuracy(experiment: Experiment) -> float | None:
+    """The highest validation accuracy any peer measured (None: no evals)."""
+    values = [row["val_accuracy"] for peer in experiment.peers for row in peer.evals]
+    values = [value for value in values if value is not None]
+    return max(values, default=None)
+
+
 def wall_seconds(experiment: Experiment) -> float | None:
     ends = [peer.steps[-1]["wall_seconds"] for peer in experiment.peers if peer.steps]
     ends = [end for end in ends if end is not None]
@@ -165,6 +203,17 @@ def default_targets(experiments: list[Experiment], curves: dict[str, Any]) -> di
         if experiment.is_baseline and losses:
             key = experiment.comparison_key()
             targets[key] = max(targets.get(key, -math.inf), losses[-1])
+    return targets
+
+
+def default_accuracy_targets(experiments: list[Experiment]) -> dict[tuple[Any, ...], float]:
+    """Per comparison group: the accuracy every baseline repeat reaches (the lowest of their best)."""
+    targets: dict[tuple[Any, ...], float] = {}
+    for experiment in experiments:
+        best = best_accuracy(experiment)
+        if experiment.is_baseline and best is not None:
+            key = experiment.comparison_key()
+            targets[key] = min(targets.get(key, math.inf), best)
     return targets
 
 

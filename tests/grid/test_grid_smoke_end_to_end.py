@@ -119,6 +119,12 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     with open(out / "time_to_target.csv", newline="") as handle:
         speed = list(csv.DictReader(handle))
     assert len(speed) == 1 and {row["baselines"] for row in speed} == {"1"}
+    # time to accuracy (issue 26): the grid evaluates every eval_every steps; the target is the accuracy the
+    # baseline reached, so the baseline has a time to it
+    assert 0 < float(speed[0]["target_accuracy"]) <= 1, speed
+    with open(out / "experiments.csv", newline="") as handle:
+        accuracy_times = {row["experiment_id"]: row["time_to_accuracy_seconds"] for row in csv.DictReader(handle)}
+    assert float(accuracy_times[ids[0]]) > 0, accuracy_times
     with open(out / "averaging.csv", newline="") as handle:
         averaging = list(csv.DictReader(handle))
     assert {row["peers"] for row in averaging} == {"2"}

@@ -145,7 +145,8 @@ def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
     settings = [{k: v for k, v in run.settings.items() if k != "seed"} for run in baselines]
     assert settings[0] == settings[1] == settings[2]  # the same setting ...
-    assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1), (3, 2)]  # seeded apart
+    # ... seeded apart
+    assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1), (3, 2)]
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
     for run in grid.runs:  # same samples in every experiment
