@@ -123,7 +123,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # baseline reached, so the baseline has a time to it
     assert 0 < float(speed[0]["target_accuracy"]) <= 1, speed
     with open(out / "experiments.csv", newline="") as handle:
-        accuracy_times = {row["experiment_id"]: row["time_to_accuracy_seconds"] for row in csv.DictReader(handle)}
+        accuracy_times = {r["experiment_id"]: r["time_to_accuracy_seconds"] for r in csv.DictReader(handle)}
     assert float(accuracy_times[ids[0]]) > 0, accuracy_times
     with open(out / "averaging.csv", newline="") as handle:
         averaging = list(csv.DictReader(handle))
