@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,12 @@ from controller.calibration import Calibration
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.faults import faults_table
-from controller.report.intervals import comparisons_table, repeats_table
+from controller.report.intervals import (
+    bootstrap_interval,
+    comparisons_table,
+    level_against_reference,
+    repeats_table,
+)
 from controller.report.metrics import (
     Table,
     bandwidth_bound,
@@ -91,6 +97,8 @@ def analyse(
     rows = {e.experiment_id: _experiment_row(analysis, e) for e in experiments}
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)
+    analysis.tables["repeats"] = repeats_table(experiments, rows)
+    analysis.tables["comparisons"] = comparisons_table(experiments, rows)
     analysis.tables["breakdown"] = _breakdown(experiments)
     analysis.tables["epoch_phases"] = _epoch_phases(experiments)
     analysis.tables["averaging"] = _averaging(analysis)
@@ -103,8 +111,6 @@ def analyse(
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["preprocessing"] = _preprocessing(analysis, rows)
-    analysis.tables["repeats"] = repeats_table(experiments, rows)
-    analysis.tables["comparisons"] = comparisons_table(experiments, rows)
     return analysis
 
 
@@ -445,7 +451,9 @@ def _averaging(analysis: Analysis) -> Table:
 
 
 def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
-    """One row per factor level, strategy and metric, listing every experiment's value (the spread)."""
+    """One row per factor level, strategy and metric, listing every experiment's value (the spread), the
+    95 % interval of their mean, and each level against the factor's first level (the reference) with a
+    verdict: higher or lower beyond the noise, within it, or needs repeats (issue #26)."""
     shares = {row["experiment_id"]: row["averaging_share"] for row in analysis.tables["breakdown"].rows}
     table = []
     for factor in EFFECT_FACTORS:
@@ -457,6 +465,7 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
             level = e.peer_count if factor == "peers" else e.settings.get(factor)
             if level is not None:
                 levels[level, e.strategy].append(e)
+        references: dict[tuple[str, str], tuple[Any, list[float]]] = {}
         for level, strategy in sorted(levels, key=lambda key: (str(type(key[0])), key[0], key[1])):
             for metric in EFFECT_METRICS:
                 values = []
@@ -468,22 +477,54 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                     )
                     if value is not None and math.isfinite(value):
                         values.append(value)
-                table.append(
-                    {
-                        "factor": factor,
-                        "level": level,
-                        "strategy": strategy,
-                        "metric": metric,
-                        "experiments": len(levels[level, strategy]),
-                        "n": len(values),
-                        "median": median(values),
-                        "min": min(values) if values else None,
-                        "max": max(values) if values else None,
-                        "values": " ".join(f"{v:.6g}" for v in values),
-                    }
-                )
-    columns = ("factor", "level", "strategy", "metric", "experiments", "n", "median", "min", "max", "values")
+                reference_level, reference = references.setdefault((strategy, metric), (level, values))
+                interval = bootstrap_interval([values], statistics.fmean)
+                row = {
+                    "factor": factor,
+                    "level": level,
+                    "strategy": strategy,
+                    "metric": metric,
+                    "experiments": len(levels[level, strategy]),
+                    "n": len(values),
+                    "median": median(values),
+                    "min": min(values) if values else None,
+                    "max": max(values) if values else None,
+                    "ci_low": interval[0] if interval else None,
+                    "ci_high": interval[1] if interval else None,
+                    "reference_level": reference_level,
+                    **({} if reference_level == level else level_against_reference(values, reference)),
+                    "values": " ".join(f"{v:.6g}" for v in values),
+                }
+                table.append(row)
+    columns = (
+        *("factor", "level", "strategy", "metric", "experiments", "n", "median", "min", "max"),
+        *("ci_low", "ci_high", "reference_level", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict"),
+        "values",
+    )
     return _table("effects", "Effects of TBS, local updates, peers, batch size and LR", table, columns)
+
+
+def effect_verdicts(effects: Table) -> list[str]:
+    """The effects section's sentences: each level that differs from its factor's reference level beyond the
+    noise, and how many comparisons were within it or need repeats."""
+    lines, within, unrepeated = [], 0, 0
+    for row in effects.rows:
+        verdict = row.get("verdict")
+        if verdict == "within the noise":
+            within += 1
+        elif verdict == "needs repeats":
+            unrepeated += 1
+        elif verdict and verdict.endswith("beyond the noise"):
+            lines.append(
+                f"{row['strategy']}, {row['factor']} = {row['level']} against {row['reference_level']}: "
+                f"{row['metric']} {row['ratio']:.2f}x (95 % interval {row['ratio_ci_low']:.2f}-"
+                f"{row['ratio_ci_high']:.2f}), {verdict}."
+            )
+    lines.append(
+        f"{within} level comparisons within the noise, {unrepeated} that need repeats "
+        "(`effects.csv`: ratio, interval and verdict of every level against its factor's first)."
+    )
+    return lines
 
 
 def epoch_arrivals(steps: list[dict[str, Any]]) -> dict[int, float]:

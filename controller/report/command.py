@@ -19,7 +19,7 @@ from pathlib import Path
 
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
-from controller.report.analysis import Analysis, analyse, preprocessing_factors
+from controller.report.analysis import Analysis, analyse, effect_verdicts, preprocessing_factors
 from controller.report.data import Experiment, load_experiments
 from controller.report.intervals import verdict_lines
 from controller.report.metrics import __doc__ as DEFINITIONS
@@ -213,6 +213,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "## Effects (every experiment shown; repeats are spread, not averaged away)",
         "",
         *(f"![{path.stem}]({path.name})" for path in effects),
+        "",
+        *(f"- {line}" for line in effect_verdicts(analysis.tables["effects"])),
         "",
         _section(analysis, "effects", heading=False),
         "## Shaped links: where averaging takes over",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from controller.report.intervals import against_baselines
 from controller.report.metrics import Table, bandwidth_bound, median, total
 
 if TYPE_CHECKING:
@@ -160,12 +161,17 @@ def diagnosis_table(analysis: Analysis) -> Table:
     peers: dict[str, list[dict[str, Any]]] = {}
     for row in analysis.tables["peers"].rows:
         peers.setdefault(row["experiment_id"], []).append(row)
-    rows = [
-        diagnose(e, breakdown[e.experiment_id], peers.get(e.experiment_id, [])) for e in analysis.experiments
-    ]
+    comparisons = {row["setting_key"]: row for row in analysis.tables["comparisons"].rows}
+    rows = []
+    for e in analysis.experiments:
+        row = diagnose(e, breakdown[e.experiment_id], peers.get(e.experiment_id, []))
+        # issue #26: whether it is faster than its baselines beyond the noise, in words
+        compared = None if e.is_baseline else comparisons.get(e.setting_key())
+        row["against_baselines"] = None if e.is_baseline else against_baselines(compared)
+        rows.append(row)
     columns = (
         *("experiment_id", "setting", "bound", "data_share", "compute_share", "communication_share"),
-        *("coordination_share", "evidence", "knob"),
+        *("coordination_share", "evidence", "knob", "against_baselines"),
     )
     return Table("diagnosis", "What bounds each run, the evidence, and the knob to turn", columns, rows)
 

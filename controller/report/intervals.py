@@ -11,6 +11,7 @@ where either side has a single run.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -81,22 +82,46 @@ def trimmed_mean(values: Sequence[float]) -> float | None:
 
 
 def _ratio_of_means(numerator: Sequence[float], denominator: Sequence[float]) -> float:
-    return statistics.fmean(numerator) / statistics.fmean(denominator)
+    denominator_mean = statistics.fmean(denominator)
+    return statistics.fmean(numerator) / denominator_mean if denominator_mean else math.nan
 
 
-def verdict(interval: tuple[float, float] | None) -> str:
+def verdict(interval: tuple[float, float] | None, words: tuple[str, str] = ("faster", "slower")) -> str:
     """In words, for a ratio's interval: beyond the noise where it excludes 1.
 
-    >>> verdict((1.2, 1.6)), verdict((0.9, 1.3)), verdict(None)
-    ('faster beyond the noise', 'within the noise', 'needs repeats')
+    >>> verdict((1.2, 1.6)), verdict((0.9, 1.3)), verdict(None), verdict((0.5, 0.8), ("higher", "lower"))
+    ('faster beyond the noise', 'within the noise', 'needs repeats', 'lower beyond the noise')
     """
     if interval is None:
         return "needs repeats"
     if interval[0] > 1:
-        return "faster beyond the noise"
+        return f"{words[0]} beyond the noise"
     if interval[1] < 1:
-        return "slower beyond the noise"
+        return f"{words[1]} beyond the noise"
     return "within the noise"
+
+
+def level_against_reference(
+    values: Sequence[float], reference: Sequence[float]
+) -> dict[str, float | str | None]:
+    """A factor level's values against its reference level's: the ratio of the means, its 95 % interval
+    (both sides resampled) and the verdict (higher or lower beyond the noise, within it, needs repeats).
+
+    >>> row = level_against_reference([20.0, 21.0, 22.0], [10.0, 10.5, 11.0])
+    >>> round(row["ratio"], 2), row["ratio_ci_low"] > 1, row["verdict"]
+    (2.0, True, 'higher beyond the noise')
+    >>> level_against_reference([20.0], [10.0, 11.0])["verdict"]
+    'needs repeats'
+    """
+    if not values or not reference or not statistics.fmean(reference):
+        return {"ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "verdict": "no data"}
+    interval = bootstrap_interval([values, reference], _ratio_of_means)
+    return {
+        "ratio": _ratio_of_means(values, reference),
+        "ratio_ci_low": interval[0] if interval else None,
+        "ratio_ci_high": interval[1] if interval else None,
+        "verdict": verdict(interval, ("higher", "lower")),
+    }
 
 
 def _values(group: list[Experiment], rows: dict[str, dict[str, Any]], metric: str) -> list[float]:
@@ -154,12 +179,14 @@ def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, A
             "setting": group[0].label(),
             "repeats": len(group),
             "baseline_repeats": len(base),
+            "setting_key": group[0].setting_key(),  # not a column: the diagnosis finds its setting by it
         }
         for name, (metric, larger_is_faster) in SPEEDUPS.items():
             # a speedup > 1 is faster: samples/s over the baselines', the baselines' time over this setting's
             ours, theirs = _values(group, rows, metric), _values(base, rows, metric)
             numerator, denominator = (ours, theirs) if larger_is_faster else (theirs, ours)
             point = _ratio_of_means(numerator, denominator) if numerator and denominator else None
+            point = None if point is None or math.isnan(point) else point
             interval = bootstrap_interval([numerator, denominator], _ratio_of_means)
             row.update(
                 {
@@ -189,15 +216,32 @@ def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
         lines.append("No comparison: no baseline shares a setting's model, data, batch size and LR.")
     for row in comparisons.rows:
         for name, words in SPEEDUP_WORDS.items():
-            if row[f"{name}_speedup"] is None:
-                continue
-            interval = (
-                f" (95 % interval {row[f'{name}_ci_low']:.2f}-{row[f'{name}_ci_high']:.2f})"
-                if row[f"{name}_ci_low"] is not None
-                else ""
-            )
-            lines.append(
-                f"{row['setting']} against its baselines, {words}: {row[f'{name}_speedup']:.2f}x{interval}, "
-                f"{row[f'{name}_verdict']} ({row['repeats']} vs {row['baseline_repeats']} runs)."
-            )
+            if row[f"{name}_speedup"] is not None:
+                lines.append(
+                    f"{row['setting']} against its baselines, {words}: {speedup_words(row, name)} "
+                    f"({row['repeats']} vs {row['baseline_repeats']} runs)."
+                )
     return lines
+
+
+def speedup_words(row: dict[str, Any], name: str) -> str:
+    """One speedup of a comparisons row in words: "1.51x (95 % interval 1.40-1.62), faster beyond the
+    noise"."""
+    interval = (
+        f" (95 % interval {row[f'{name}_ci_low']:.2f}-{row[f'{name}_ci_high']:.2f})"
+        if row[f"{name}_ci_low"] is not None
+        else ""
+    )
+    return f"{row[f'{name}_speedup']:.2f}x{interval}, {row[f'{name}_verdict']}"
+
+
+def against_baselines(row: dict[str, Any] | None) -> str:
+    """The diagnosis's column: every speedup of a setting's comparisons row, in words."""
+    if row is None:
+        return "no baselines to compare with"
+    parts = [
+        f"{words} {speedup_words(row, name)}"
+        for name, words in SPEEDUP_WORDS.items()
+        if row[f"{name}_speedup"] is not None
+    ]
+    return "; ".join(parts) or "no data"

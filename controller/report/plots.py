@@ -290,6 +290,8 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
                 axis.scatter(xs, values, s=14, alpha=0.7, color=STRATEGY_COLOURS[row["strategy"]])
                 if row["median"] is not None:
                     axis.hlines(row["median"], position - 0.15, position + 0.15, color="black")
+                if row["ci_low"] is not None:  # the 95 % interval of the mean (from 2 repeats)
+                    axis.vlines(position + 0.17, row["ci_low"], row["ci_high"], color="black", linewidth=2)
             axis.scatter([], [], s=14, color=STRATEGY_COLOURS["baseline"], label="baseline")
             axis.scatter([], [], s=14, color=STRATEGY_COLOURS["hivemind"], label="hivemind")
             labels = levels
@@ -300,6 +302,9 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
             if not any(row["n"] for row in selected):
                 _no_data(axis)
         axes[0].legend(fontsize=7)
-        figure.suptitle(f"Effect of {factor} (each dot one experiment, bar = median)")
+        figure.suptitle(
+            f"Effect of {factor} (a dot per experiment, bar: median, vertical: 95 % interval of the mean)",
+            fontsize=10,
+        )
         paths.append(_save(figure, out / f"effect_{factor}.png"))
     return paths
