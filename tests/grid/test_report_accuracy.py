@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.report.analysis import analyse
+from controller.report.analysis import analyse, effect_verdicts
 from controller.report.data import Experiment, PeerRun
 
 SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 32, "learning_rate": 0.01, "vcpus": 1}
@@ -80,3 +80,34 @@ def test_a_given_target_applies_to_every_run_and_runs_without_evals_have_no_time
     (row,) = plain.tables["experiments"].rows
     assert row["best_accuracy"] is None and row["target_accuracy"] is None
     assert row["time_to_accuracy_seconds"] is None
+
+
+def _baseline(name: str, learning_rate: float, step_seconds: float) -> Experiment:
+    settings = {**SETTINGS, "strategy": "baseline", "peers": 1, "learning_rate": learning_rate}
+    return Experiment(
+        name, Path(name), settings, True, [PeerRun("baseline", _steps(10, step_seconds), [], True)]
+    )
+
+
+def test_effects_and_the_diagnosis_say_which_differences_are_beyond_the_noise():
+    """Three repeats at LR 0.01, three twice as fast at LR 0.1: a level beyond the noise; the Hivemind runs of
+    the first test against their baselines, in the diagnosis's words."""
+    experiments = [_baseline(f"slow-{i}", 0.01, 1.0 + 0.01 * i) for i in range(3)]
+    experiments += [_baseline(f"fast-{i}", 0.1, 0.5 + 0.01 * i) for i in range(3)]
+    analysis = analyse(experiments, target_loss=None, bandwidth=None)
+    (row,) = [
+        r
+        for r in analysis.tables["effects"].rows
+        if r["factor"] == "learning_rate" and r["level"] == 0.1 and r["metric"] == "samples_per_second"
+    ]
+    assert row["reference_level"] == 0.01 and row["ratio"] == pytest.approx(2, rel=0.05)
+    assert row["ratio_ci_low"] > 1 and row["verdict"] == "higher beyond the noise"
+    assert row["ci_low"] < row["median"] < row["ci_high"]
+    sentences = effect_verdicts(analysis.tables["effects"])
+    assert any("learning_rate = 0.1 against 0.01: samples_per_second 1.98x" in line for line in sentences)
+    diagnosis = {r["experiment_id"]: r for r in _analysis().tables["diagnosis"].rows}
+    assert diagnosis["base-r1"]["against_baselines"] is None
+    words = diagnosis["hm-r1"]["against_baselines"]
+    assert "time to accuracy 2.00x (95 % interval" in words and "faster beyond the noise" in words, words
+    assert words.startswith("samples/s 2.00x"), words  # two peers at a baseline's step time each
+    assert diagnosis["never"]["against_baselines"] == "samples/s 2.00x, needs repeats", diagnosis["never"]
