@@ -15,9 +15,11 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 	prometheus prometheus-node-exporter dataset-fashion-mnist \
 	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq iproute2
 
-# `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; minutes on 2 cores. The run is
-# time-dilated (time_dilation=auto, D = 16 vCPUs / 1.75 cores, about 9): matchmaking_time and averaging_timeout
-# are the modelled VMs' seconds, each applied D times longer, and every link is shaped to 1 Gbit/s / D
+# `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; about 30 minutes on 2 cores. The run
+# is time-dilated (time_dilation=auto): each container trains at its 2 vCPUs' calibrated rate / D, D the
+# smallest factor at which all eight fit the 1.75 cores left to them (about 20 here, docs/compute-calibration.md);
+# matchmaking_time and averaging_timeout are the modelled VMs' seconds, each applied D times longer, and every
+# link is shaped to 1 Gbit/s / D
 # (docs/time-dilation.md). Undilated, 3 s split the 0.22-core peers into groups of 2-5 (docs/fair-cpu.md).
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.grid.expr import ExpressionError, compile_expression, evaluate
-from controller.grid.spec import Grid, GridError, Run, load_grid
+from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid
 from controller.grid.status import experiment_complete
 from controller.grid.vars import PLAYBOOK_VARS
 
@@ -64,7 +64,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def select_runs(grid: Grid, only: str | None) -> list[Run]:
-    """The grid's runs matching `only` (all when None); raise GridError for a bad expression."""
+    """The grid's runs matching `only` (all when None), and its noise-floor run whatever `only` says; raise
+    GridError for a bad expression."""
     if not only:
         return list(grid.runs)
     try:
@@ -73,6 +74,9 @@ def select_runs(grid: Grid, only: str | None) -> list[Run]:
         raise GridError(f"--only: {error}") from None
     selected = []
     for run in grid.runs:
+        if run.block == NOISE_FLOOR_BLOCK:
+            selected.append(run)
+            continue
         names = {var: None for var in PLAYBOOK_VARS}
         names.update(run.settings, repeat=run.repeat, block=run.block)
         try:
@@ -137,7 +141,9 @@ def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> N
     counts = {}
     for run in runs:
         counts[run.strategy] = counts.get(run.strategy, 0) + 1
-    totals = ", ".join(f"{count} {strategy} runs" for strategy, count in sorted(counts.items()))
+    totals = ", ".join(
+        f"{count} {strategy} run{'s' if count > 1 else ''}" for strategy, count in sorted(counts.items())
+    )
     print(
         f"total: {len(runs)} runs ({totals or 'none'}); {complete} complete, {len(runs) - complete} to run",
         file=out,

@@ -4,6 +4,7 @@ A grid file (YAML) holds::
 
     name: thesis                  # optional, default: the file's stem; names the status file
     description: ...              # optional
+    noise_floor: true             # optional, default true: one `solo` run first (NOISE_FLOOR_BLOCK)
     constants: {name: value}      # numbers usable in expressions, never passed to the playbook
     fixed: {var: value}           # playbook variables shared by every block
     derived: {var: expression}    # shared derived values (a block's own value for the key wins)
@@ -26,12 +27,19 @@ a block sets no ``seed``, repeat r runs with seed r - 1
 (model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
 not include this seed, so a grid's ids stay the same.
 
+The testbed's noise floor (issue #26): unless the grid says ``noise_floor: false``, its first run is a short
+``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
+alone, identical loops in identical containers, NOISE_FLOOR_STEPS steps. How far apart their samples/s land is
+the smallest difference the grid's results can show; `trainer report` prints it. It runs once per grid,
+whatever ``--only`` or ``--repeat`` select.
+
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
 ...), so an interrupted grid has covered as many settings as possible.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -44,11 +52,15 @@ import yaml
 
 from controller.grid.expr import Expression, ExpressionError, compile_expression, evaluate
 from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
+from experiment.variables import BY_NAME, HIVEMIND_FIELDS
 
-TOP_KEYS = ("name", "description", "constants", "fixed", "derived", "blocks")
+TOP_KEYS = ("name", "description", "noise_floor", "constants", "fixed", "derived", "blocks")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
 #: a block's repeats where it sets none: the fewest that give an interval with a spread (issue #26)
 DEFAULT_REPEATS = 3
+#: the noise-floor run's block name and length (steps per peer; fewer where the grid's run has fewer)
+NOISE_FLOOR_BLOCK = "noise-floor"
+NOISE_FLOOR_STEPS = 40
 
 
 class GridError(ValueError):
@@ -166,8 +178,26 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
                 f"two runs have the same settings and repeat ({run.experiment_id})",
             )
         seen[run.experiment_id] = run
+    noise_floor = top.get("noise_floor", True)
+    if not isinstance(noise_floor, bool):
+        where.fail("noise_floor", f"must be true or false (got {noise_floor!r})")
+    if noise_floor:
+        runs = [noise_floor_run(runs), *(dataclasses.replace(run, index=run.index + 1) for run in runs)]
+        names.insert(0, NOISE_FLOOR_BLOCK)
     description = str(top.get("description", "")).strip()
     return Grid(name=name, path=path, description=description, runs=tuple(runs), blocks=tuple(names))
+
+
+def noise_floor_run(runs: list[Run]) -> Run:
+    """The grid's noise-floor run (module docstring): its run with the most peers, as `solo`, short."""
+    source = max(runs, key=lambda run: int(run.settings.get("peers", BY_NAME["peers"].default)))
+    settings = {**source.settings, "strategy": "solo", "eval_every": 0, "seed": 0}
+    settings["peers"] = max(2, int(source.settings.get("peers", BY_NAME["peers"].default)))
+    steps = int(source.settings.get("max_steps", BY_NAME["max_steps"].default))
+    settings["max_steps"] = min(steps, NOISE_FLOOR_STEPS)
+    # Hivemind's own settings do not apply to peers that train alone
+    ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings and var not in HIVEMIND_FIELDS}
+    return Run(1, NOISE_FLOOR_BLOCK, 1, ordered, f"{NOISE_FLOOR_BLOCK}-{experiment_id(ordered, 1)}")
 
 
 def _expand_block(

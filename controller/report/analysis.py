@@ -16,6 +16,8 @@ from controller.report.intervals import (
     bootstrap_interval,
     comparisons_table,
     level_against_reference,
+    noise_floor,
+    noise_floor_table,
     repeats_table,
 )
 from controller.report.metrics import (
@@ -98,12 +100,14 @@ def analyse(
     analysis.tables["experiments"] = _table("experiments", "Experiments", list(rows.values()))
     analysis.tables["time_to_target"] = _time_to_target(analysis, rows)
     analysis.tables["repeats"] = repeats_table(experiments, rows)
-    analysis.tables["comparisons"] = comparisons_table(experiments, rows)
+    analysis.tables["peers"] = _peers(experiments)
+    analysis.tables["noise_floor"] = noise_floor_table(experiments, analysis.tables["peers"])
+    floor = noise_floor(analysis.tables["noise_floor"])
+    analysis.tables["comparisons"] = comparisons_table(experiments, rows, floor)
     analysis.tables["breakdown"] = _breakdown(experiments)
     analysis.tables["epoch_phases"] = _epoch_phases(experiments)
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
-    analysis.tables["peers"] = _peers(experiments)
     analysis.tables["strategies"] = _strategies(analysis, rows)
     analysis.tables["network"] = _network(analysis, rows)
     analysis.tables["diagnosis"] = diagnosis_table(analysis)
@@ -494,6 +498,7 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                     "reference_level": reference_level,
                     **({} if reference_level == level else level_against_reference(values, reference)),
                     "values": " ".join(f"{v:.6g}" for v in values),
+                    "points": values,  # not a column: the effect plots' dots, unrounded
                 }
                 table.append(row)
     columns = (

@@ -21,7 +21,7 @@ from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
 from controller.report.analysis import Analysis, analyse, effect_verdicts, preprocessing_factors
 from controller.report.data import Experiment, load_experiments
-from controller.report.intervals import verdict_lines
+from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import __doc__ as DEFINITIONS
 
 _BANDWIDTH = re.compile(
@@ -144,6 +144,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         f"Results: `{results_dir}` · {len(experiments)} experiments ({baselines} baseline, "
         f"{len(experiments) - baselines} Hivemind) · generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         "",
+        *noise_floor_lines(analysis.tables["noise_floor"]),
+        "",
     ]
     if incomplete:
         lines += [
@@ -197,6 +199,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"- {line}" for line in verdict_lines(analysis.tables["comparisons"], analysis.tables["repeats"])),
         "",
         _section(analysis, "comparisons", heading=False),
+        _section(analysis, "noise_floor", heading=False),
         _section(analysis, "repeats", heading=False),
         "## Step-time breakdown",
         "",

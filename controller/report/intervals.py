@@ -163,9 +163,12 @@ def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]
     return Table("repeats", title, columns, table)
 
 
-def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]) -> Table:
+def comparisons_table(
+    experiments: list[Experiment], rows: dict[str, dict[str, Any]], floor: float | None = None
+) -> Table:
     """Every non-baseline setting against the baselines it is compared with (same model, data, batch size and
-    LR): the throughput and time-to-target speedups (ratios of the means), their intervals and verdicts."""
+    LR): the throughput and time-to-target speedups (ratios of the means), their intervals and verdicts, and
+    whether the throughput speedup is within the noise floor ``floor`` (a share; None: not measured)."""
     baselines: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     settings: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     for e in experiments:
@@ -204,6 +207,70 @@ def comparisons_table(experiments: list[Experiment], rows: dict[str, dict[str, A
     return Table("comparisons", title, columns, table)
 
 
+def noise_floor_table(experiments: list[Experiment], peers: Table) -> Table:
+    """The testbed's noise floor: every `solo` run (identical loops in identical containers, no communication;
+    `trainer grid` runs one first) with its peers' samples/s and how far apart they landed (max / min - 1)."""
+    rates: dict[str, list[float]] = defaultdict(list)
+    for row in peers.rows:
+        if row.get("samples_per_second"):
+            rates[row["experiment_id"]].append(float(row["samples_per_second"]))
+    table = []
+    for e in experiments:
+        values = rates.get(e.experiment_id, [])
+        if e.strategy != "solo" or len(values) < 2:
+            continue
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "peers": len(values),
+                "vcpus": e.settings.get("vcpus"),
+                "samples_per_second_min": min(values),
+                "samples_per_second_median": statistics.median(values),
+                "samples_per_second_max": max(values),
+                "spread": max(values) / min(values) - 1,
+            }
+        )
+    columns = ("experiment_id", "peers", "vcpus", "samples_per_second_min", "samples_per_second_median")
+    columns += ("samples_per_second_max", "spread")
+    title = "The testbed's noise floor: identical loops in identical containers (solo runs)"
+    return Table("noise_floor", title, columns, table)
+
+
+def noise_floor(table: Table) -> float | None:
+    """The largest spread of the solo runs (None: none ran)."""
+    return max((row["spread"] for row in table.rows), default=None)
+
+
+def within_noise_floor(speedup: float | None, floor: float | None) -> bool | None:
+    """Whether a ratio is no further from 1 than the noise floor (either way).
+
+    >>> within_noise_floor(1.1, 0.13), within_noise_floor(0.85, 0.13), within_noise_floor(1.1, None)
+    (True, False, None)
+    """
+    if speedup is None or floor is None or speedup <= 0:
+        return None
+    return max(speedup, 1 / speedup) - 1 <= floor
+
+
+def noise_floor_lines(table: Table) -> list[str]:
+    """The report's first lines: the noise floor measured, or how to get it."""
+    floor = noise_floor(table)
+    if floor is None:
+        return [
+            "Noise floor: not measured (no `solo` run here; `trainer grid` runs one first unless the grid "
+            "says `noise_floor: false`). Differences below 11-24 % may be this machine's noise "
+            "(docs/fair-cpu.md)."
+        ]
+    worst = max(table.rows, key=lambda row: row["spread"])
+    return [
+        f"Noise floor: {floor:.0%}. Identical training loops in {worst['peers']} identical containers, "
+        f"no communication (`{worst['experiment_id']}`), trained "
+        f"{worst['samples_per_second_min']:.4g}-{worst['samples_per_second_max']:.4g} samples/s each. "
+        "A speedup closer to 1 than that is within this testbed's noise, whatever its interval says "
+        "(`noise_floor.csv`; `within_noise_floor` in `comparisons.csv`)."
+    ]
+
+
 def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
     """The report's sentences: one per comparison, and what to do when nothing was repeated."""
     lines = []
@@ -217,9 +284,14 @@ def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
     for row in comparisons.rows:
         for name, words in SPEEDUP_WORDS.items():
             if row[f"{name}_speedup"] is not None:
+                floor = (
+                    " It is within the noise floor."
+                    if name == "throughput" and row["within_noise_floor"]
+                    else ""
+                )
                 lines.append(
                     f"{row['setting']} against its baselines, {words}: {speedup_words(row, name)} "
-                    f"({row['repeats']} vs {row['baseline_repeats']} runs)."
+                    f"({row['repeats']} vs {row['baseline_repeats']} runs).{floor}"
                 )
     return lines
 

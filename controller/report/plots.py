@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,9 @@ BAR_PARTS = tuple(
 )
 
 
-def _save(figure: Any, path: Path) -> Path:
-    figure.tight_layout()
+def _save(figure: Any, path: Path, *, bottom: float = 0.0) -> Path:
+    """Lay out and write the figure; ``bottom``: the share of its height kept free (a legend below)."""
+    figure.tight_layout(rect=(0, bottom, 1, 1))
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
@@ -190,9 +192,9 @@ def breakdown_plot(analysis: Analysis, out: Path) -> Path:
     shares.set_yticklabels([])
     handles, names = absolute.get_legend_handles_labels()  # below the bars, never on them
     figure.legend(handles, names, fontsize=8, loc="lower center", ncol=len(BAR_PARTS), frameon=False)
-    figure.subplots_adjust(bottom=max(0.08, 0.9 / (0.4 * max(len(rows), 4) + 1.5)))
     figure.suptitle("Step-time breakdown: data loading / compute / averaging (matchmaking, all-reduce, ...)")
-    return _save(figure, out / "breakdown.png")
+    # 0.35 in below the axes' labels for the legend
+    return _save(figure, out / "breakdown.png", bottom=0.35 / figure.get_figheight())
 
 
 def averaging_plot(analysis: Analysis, out: Path) -> Path:
@@ -283,15 +285,21 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
         for axis, metric in zip(axes, EFFECT_METRICS, strict=True):
             selected = [row for row in rows if row["factor"] == factor and row["metric"] == metric]
             levels = list(dict.fromkeys(str(row["level"]) for row in selected))
+            plotted: list[float] = []
             for row in selected:
                 position = levels.index(str(row["level"])) + (-0.2 if row["strategy"] == "baseline" else 0.2)
-                values = [float(v) for v in row["values"].split()]
+                values = row["points"]
+                plotted += values
                 xs = [position + 0.05 * ((i % 5) - 2) for i in range(len(values))]
                 axis.scatter(xs, values, s=14, alpha=0.7, color=STRATEGY_COLOURS[row["strategy"]])
                 if row["median"] is not None:
                     axis.hlines(row["median"], position - 0.15, position + 0.15, color="black")
                 if row["ci_low"] is not None:  # the 95 % interval of the mean (from 2 repeats)
                     axis.vlines(position + 0.17, row["ci_low"], row["ci_high"], color="black", linewidth=2)
+            if plotted and max(plotted) - min(plotted) <= 0.01 * abs(statistics.median(plotted)):
+                # one value (or nearly): show it within +-10 %, not a zoom into rounding noise
+                middle = statistics.median(plotted)
+                axis.set_ylim(middle - 0.1 * abs(middle) - 1e-9, middle + 0.1 * abs(middle) + 1e-9)
             axis.scatter([], [], s=14, color=STRATEGY_COLOURS["baseline"], label="baseline")
             axis.scatter([], [], s=14, color=STRATEGY_COLOURS["hivemind"], label="hivemind")
             labels = levels
@@ -299,6 +307,7 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
             axis.set_xlim(-0.6, max(len(labels), 1) - 0.4)
             axis.set_xlabel(factor)
             axis.set_title(metric, fontsize=9)
+            axis.ticklabel_format(axis="y", useOffset=False)  # one run: no "1e-5+2.86e2" offset
             if not any(row["n"] for row in selected):
                 _no_data(axis)
         axes[0].legend(fontsize=7)

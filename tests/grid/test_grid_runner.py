@@ -18,6 +18,7 @@ from controller.grid.spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
 SMOKE_IDS = [run.experiment_id for run in load_grid(SMOKE).runs]
+SMOKE_BASELINES = [run.experiment_id for run in load_grid(SMOKE).runs if run.strategy == "baseline"]
 
 
 def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
@@ -25,7 +26,8 @@ def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
     path = tmp_path / "small.yml"
     seeds = ", ".join(str(seed) for seed in range(1, runs + 1))
     path.write_text(
-        "name: smoke\nfixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic}\n"
+        "name: smoke\nnoise_floor: false\n"
+        "fixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic}\n"
         f"blocks:\n  - name: seeds\n    repeats: 1\n    axes: {{seed: [{seeds}]}}\n"
     )
     return path, [run.experiment_id for run in load_grid(path).runs]
@@ -84,7 +86,7 @@ def test_runs_every_run_continues_past_a_failure_and_retries_it(tmp_path, stand_
 def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env, baseline_results):
     """Results dirs made by real trainer runs; experiment.json where the playbook writes it."""
     results = tmp_path / "results"
-    done, partial = SMOKE_IDS[0], SMOKE_IDS[1]
+    done, partial = SMOKE_BASELINES[0], SMOKE_BASELINES[1]
     for experiment_id, complete, source in (
         (done, True, "base-lr0p01-r2"),
         (partial, False, "base-lr0p002-r1"),
@@ -99,8 +101,10 @@ def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_i
 
     completed = trainer(*grid_args(tmp_path, "--only", "strategy == 'baseline'"), env=stand_in_env)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "3 runs selected, 1 already complete, 2 to run" in completed.stdout
-    assert calls(tmp_path)[0] == f"experiment {partial} force=True"  # partial results are redone as a whole
+    # the baselines and the grid's noise floor, which runs whatever --only selects
+    assert "4 runs selected, 1 already complete, 3 to run" in completed.stdout
+    assert calls(tmp_path)[0] == f"experiment {SMOKE_IDS[0]} force=False"  # the noise floor comes first
+    assert f"experiment {partial} force=True" in calls(tmp_path)  # partial results are redone as a whole
     assert (results / done / "baseline" / "steps.csv").exists()
 
 
@@ -145,7 +149,8 @@ def test_runs_needing_more_peers_than_the_inventory_has_are_refused(tmp_path, st
     completed = trainer(*args, env=stand_in_env)
     assert completed.returncode == 2
     assert "but the inventory has only 2 hosts in group peers" in completed.stderr
-    assert str(thesis) in completed.stderr and "hivemind-peers.peers" in completed.stderr
+    # the first run that does not fit: the noise floor's 16 peers (it runs whatever --only selects)
+    assert str(thesis) in completed.stderr and "noise-floor.peers: peers=16" in completed.stderr
     assert calls(tmp_path) == []
 
 

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from grid_support import REPO, trainer
 
-from controller.grid.spec import GridError, experiment_id, load_grid, parse_grid
+from controller.grid.command import select_runs
+from controller.grid.spec import Grid, GridError, Run, experiment_id, load_grid, parse_grid
 from trainer.config import _SAFE_ID
 
 THESIS = REPO / "grids" / "thesis.yml"
@@ -18,10 +19,16 @@ BATCH_SIZES = (32, 64, 128)
 LEARNING_RATES = (0.001, 0.01, 0.1)
 
 
+def study_runs(grid: Grid) -> list[Run]:
+    """The grid's runs less its noise floor (the first run, issue 26)."""
+    return [run for run in grid.runs if run.block != "noise-floor"]
+
+
 def test_thesis_counts_match_the_study():
     grid = load_grid(THESIS)
-    assert grid.totals() == {"baseline": 36, "hivemind": 144}
-    assert len({run.experiment_id for run in grid.runs}) == 180
+    # and the noise floor first: 16 peers of 1 vCPU training alone (issue 26)
+    assert grid.totals() == {"baseline": 36, "hivemind": 144, "solo": 1}
+    assert len({run.experiment_id for run in grid.runs}) == 181
 
 
 def test_thesis_baselines_are_table_5_1():
@@ -111,8 +118,8 @@ def test_thesis_hivemind_is_table_5_2():
     ],
 )
 def test_thesis_sampled_runs(index, expected):
-    run = load_grid(THESIS).runs[index - 1]
-    assert run.index == index
+    run = load_grid(THESIS).runs[index]  # the study's run `index`, after the noise floor (run 1)
+    assert run.index == index + 1
     assert {key: run.settings[key] for key in expected} == expected
 
 
@@ -133,15 +140,18 @@ def test_thesis_dry_run_lists_the_study():
     completed = trainer("grid", str(THESIS), "--dry-run", "--results-dir", "/nonexistent")
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
-    assert lines[-1] == "total: 180 runs (36 baseline runs, 144 hivemind runs); 0 complete, 180 to run"
+    assert lines[-1] == (
+        "total: 181 runs (36 baseline runs, 144 hivemind runs, 1 solo run); 0 complete, 181 to run"
+    )
     listed = [line for line in lines if line.strip()[:1].isdigit()]
-    assert len(listed) == 180
+    assert len(listed) == 181 and "noise-floor" in listed[0]
     assert "max_steps=625" in listed[-1] and "peers=16" in listed[-1]
 
 
 def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     grid = load_grid(SMOKE)
-    assert grid.totals() == {"baseline": 3, "hivemind": 6}  # issue #26: 3 repeats where a block sets none
+    # issue #26: 3 repeats where a block sets none, and the noise floor first
+    assert grid.totals() == {"baseline": 3, "hivemind": 6, "solo": 1}
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
     settings = [{k: v for k, v in run.settings.items() if k != "seed"} for run in baselines]
     assert settings[0] == settings[1] == settings[2]  # the same setting ...
@@ -149,21 +159,25 @@ def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1), (3, 2)]
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
-    for run in grid.runs:  # same samples in every experiment
+    for run in grid.runs[1:]:  # same samples in every experiment
         assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 3200
 
 
 def test_ids_are_deterministic_and_valid_for_the_playbook():
     first, second = load_grid(THESIS), load_grid(THESIS)
     assert [r.experiment_id for r in first.runs] == [r.experiment_id for r in second.runs]
-    for run in first.runs:
+    assert first.runs[0].experiment_id.startswith("noise-floor-")
+    for run in study_runs(first):
         assert _SAFE_ID.match(run.experiment_id), run.experiment_id
         assert "." not in run.experiment_id  # Hivemind refuses '.' in the run id (its DHT prefix)
         unseeded = {k: v for k, v in run.settings.items() if k != "seed"}  # the grid sets no seed
         assert run.experiment_id == experiment_id(unseeded, run.repeat)
     # integral floats and ints are the same setting
     (run,) = parse_grid(
-        {"blocks": [{"name": "b", "repeats": 1, "fixed": {"batch_size": 32.0, "learning_rate": 1}}]},
+        {
+            "noise_floor": False,
+            "blocks": [{"name": "b", "repeats": 1, "fixed": {"batch_size": 32.0, "learning_rate": 1}}],
+        },
         path=Path("x.yml"),
     ).runs
     assert experiment_id({"batch_size": 32, "learning_rate": 1.0}, 1) == run.experiment_id
@@ -182,11 +196,11 @@ def test_repeat_and_only_select_runs():
         "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.splitlines()[-1].startswith("total: 4 runs (4 baseline runs)")
+    assert completed.stdout.splitlines()[-1].startswith("total: 5 runs (4 baseline runs, 1 solo run)")
     hivemind = trainer(
         "grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3"
     )
-    assert hivemind.stdout.splitlines()[-1].startswith("total: 18 runs (18 hivemind runs)")
+    assert hivemind.stdout.splitlines()[-1].startswith("total: 19 runs (18 hivemind runs, 1 solo run)")
 
 
 def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
@@ -203,7 +217,7 @@ def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
             }
         )
     )
-    runs = load_grid(path).runs
+    runs = study_runs(load_grid(path))
     assert [(run.block, run.settings["seed"]) for run in runs] == [
         ("free", 0), ("free", 1), ("free", 2), ("pinned", 7), ("pinned", 7),
     ]  # fmt: skip
@@ -301,7 +315,7 @@ def test_unreadable_grid(tmp_path, text, message):
 
 
 def test_network_grid_is_link_rate_by_peers():
-    runs = load_grid(REPO / "grids" / "network.yml").runs
+    runs = study_runs(load_grid(REPO / "grids" / "network.yml"))
     pairs = {(run.settings["peers"], run.settings["bandwidth_mbit"]) for run in runs}
     assert pairs == set(itertools.product((2, 4, 8), (10, 30, 100, 300, 1000)))
     for run in runs:
@@ -312,7 +326,7 @@ def test_network_grid_is_link_rate_by_peers():
 
 
 def test_strategies_grid_puts_four_strategies_side_by_side():
-    runs = load_grid(REPO / "grids" / "strategies.yml").runs
+    runs = study_runs(load_grid(REPO / "grids" / "strategies.yml"))
     assert {(run.strategy, run.settings["peers"]) for run in runs} == {("baseline", 1)} | {
         (strategy, peers) for strategy in ("hivemind", "ddp", "zero") for peers in (2, 4)
     }
@@ -321,7 +335,29 @@ def test_strategies_grid_puts_four_strategies_side_by_side():
 
 
 def test_preprocessing_grid_crosses_strategies_and_workers():
-    runs = load_grid(REPO / "grids" / "preprocessing.yml").runs
+    runs = study_runs(load_grid(REPO / "grids" / "preprocessing.yml"))
     pairs = {(run.settings["preprocessing"], run.settings["data_workers"]) for run in runs}
     assert pairs == set(itertools.product(("decode", "cached"), (0, 1, 2)))
     assert all(run.settings["dataset"] == "imagefolder" for run in runs)
+
+
+def test_the_noise_floor_runs_first_once_whatever_only_and_repeat_select(tmp_path):
+    """Issue 26: a short solo run of the grid's largest run, Hivemind's own settings left out; opt out with
+    noise_floor: false, anything but a bool refused."""
+    grid = load_grid(SMOKE, repeats=2)
+    first = grid.runs[0]
+    assert (first.index, first.block, first.repeat, first.strategy) == (1, "noise-floor", 1, "solo")
+    assert first.experiment_id.startswith("noise-floor-solo-p2-")
+    assert first.settings["peers"] == 2 and first.settings["vcpus"] == 1 and first.settings["max_steps"] == 40
+    assert first.settings["eval_every"] == 0
+    assert not {"target_batch_size", "local_updates", "matchmaking_time"} & set(first.settings)
+    assert [run.index for run in grid.runs] == list(range(1, len(grid.runs) + 1))
+    assert [r.block for r in grid.runs].count("noise-floor") == 1
+    selected = select_runs(grid, "strategy == 'baseline'")
+    assert [r.strategy for r in selected] == ["solo", "baseline", "baseline"]
+    path = tmp_path / "quiet.yml"
+    path.write_text(SMOKE.read_text() + "noise_floor: false\n")
+    assert "solo" not in load_grid(path).totals()
+    path.write_text(SMOKE.read_text() + "noise_floor: sometimes\n")
+    with pytest.raises(GridError, match="noise_floor: must be true or false"):
+        load_grid(path)
