@@ -199,10 +199,12 @@ def comparisons_table(
                     f"{name}_verdict": verdict(interval) if point is not None else "no data",
                 }
             )
+        row["within_noise_floor"] = within_noise_floor(row["throughput_speedup"], floor)
         table.append(row)
     columns = ("setting", "repeats", "baseline_repeats") + tuple(
         f"{name}_{part}" for name in SPEEDUPS for part in ("speedup", "ci_low", "ci_high", "verdict")
     )
+    columns += ("within_noise_floor",)
     title = "Against the baselines: speedups with 95 % intervals (both sides resampled) and verdicts"
     return Table("comparisons", title, columns, table)
 
@@ -285,7 +287,7 @@ def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
         for name, words in SPEEDUP_WORDS.items():
             if row[f"{name}_speedup"] is not None:
                 floor = (
-                    " It is within the noise floor."
+                    " It is within the testbed's noise floor."
                     if name == "throughput" and row["within_noise_floor"]
                     else ""
                 )

@@ -1,6 +1,7 @@
 """The smoke grid end to end on the local cluster (real playbook, containers, Ceph, Hivemind peers), with
-`--repeat 1 --only`: the baseline and the Hivemind run with local updates (the four-peer run of tests/e2e
-averages gradients), then `trainer report` writes every plot and table. One repeat is enough for the
+`--repeat 1 --only`: the grid's noise floor (two peers training alone, issue 26), the baseline and the
+Hivemind run with local updates (the four-peer run of tests/e2e averages gradients), then `trainer report`
+writes every plot and table. One repeat is enough for the
 pipeline; repeats, Ctrl-C's teardown and resuming are checked with stand-in playbooks (test_grid_runner.py).
 As a user adapts a grid, the test's copy of grids/smoke.yml reads the baseline's dataset from a copy on the
 host's disk (dataset_storage=local, issue 8) while the peers read CephFS, as tests/e2e's runs do, and forms
@@ -68,8 +69,9 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     results = tmp_path / "results"
     smoke = adapted_smoke(tmp_path)
     only = "strategy == 'baseline' or local_updates"
-    ids = [run.experiment_id for run in select_runs(load_grid(smoke, repeats=1), only)]
-    assert len(ids) == 2, ids
+    # the grid's noise floor first (issue 26: two peers training alone), whatever --only selects
+    noise_floor, *ids = [run.experiment_id for run in select_runs(load_grid(smoke, repeats=1), only)]
+    assert noise_floor.startswith("noise-floor-solo-p2-") and len(ids) == 2, ids
     status_file = results / "grid-smoke.status.json"
     env = environment()
     command = [
@@ -78,10 +80,10 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     ]
     grid = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
     assert grid.returncode == 0, grid.stdout[-3000:] + grid.stderr[-3000:]
-    assert "2 runs selected, 0 already complete, 2 to run" in grid.stdout, grid.stdout[-3000:]
+    assert "3 runs selected, 0 already complete, 3 to run" in grid.stdout, grid.stdout[-3000:]
     runs = json.loads(status_file.read_text())["runs"]
-    assert [runs[i]["status"] for i in ids] == ["complete"] * 2
-    assert [runs[i]["attempts"] for i in ids] == [1, 1]
+    assert [runs[i]["status"] for i in (noise_floor, *ids)] == ["complete"] * 3
+    assert [runs[i]["attempts"] for i in (noise_floor, *ids)] == [1, 1, 1]
     experiments = [json.loads((results / i / "experiment.json").read_text()) for i in ids]
     assert all(e["complete"] is True for e in experiments), [e["incomplete_reason"] for e in experiments]
     # the baseline read Fashion-MNIST from its local copy, the peers through their ceph-fuse mounts
@@ -115,10 +117,19 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     with open(out / "breakdown.csv", newline="") as handle:
         shares = {row["experiment_id"]: float(row["data_share"]) for row in csv.DictReader(handle)}
     print("\n".join(f"data-loading share of step time, {name}: {v:.1%}" for name, v in shares.items()))
-    assert set(shares) == set(ids) and all(0 < share < 1 for share in shares.values()), shares
+    assert set(shares) == {noise_floor, *ids} and all(0 < share < 1 for share in shares.values()), shares
     with open(out / "time_to_target.csv", newline="") as handle:
-        speed = list(csv.DictReader(handle))
+        speed = [row for row in csv.DictReader(handle) if row["experiment_id"] == ids[1]]
     assert len(speed) == 1 and {row["baselines"] for row in speed} == {"1"}
+    # the noise floor: how far apart the two solo peers' samples/s landed, at the top of the report
+    with open(out / "noise_floor.csv", newline="") as handle:
+        (floor,) = list(csv.DictReader(handle))
+    assert floor["experiment_id"] == noise_floor and floor["peers"] == "2" and float(floor["spread"]) >= 0
+    print(f"noise floor: {float(floor['spread']):.1%}")
+    assert (
+        f"Noise floor: {float(floor['spread']):.0%}. Identical training loops in 2"
+        in (out / "report.md").read_text()
+    )
     # time to accuracy (issue 26): the grid evaluates every eval_every steps; the target is the accuracy the
     # baseline reached, so the baseline has a time to it
     assert 0 < float(speed[0]["target_accuracy"]) <= 1, speed
@@ -134,7 +145,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # the report works in modelled time and says so (issue 25)
     with open(out / "experiments.csv", newline="") as handle:
         dilations = {row["experiment_id"]: float(row["time_dilation"]) for row in csv.DictReader(handle)}
-    assert dilations == pytest.approx(dict.fromkeys(ids, experiments[0]["time_dilation"]))
+    assert dilations == pytest.approx(dict.fromkeys((noise_floor, *ids), experiments[0]["time_dilation"]))
     assert "Times and rates are modelled" in (out / "report.md").read_text()
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from controller.report.analysis import analyse, effect_verdicts
 from controller.report.data import Experiment, PeerRun
+from controller.report.intervals import noise_floor_lines, verdict_lines
 
 SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 32, "learning_rate": 0.01, "vcpus": 1}
 
@@ -111,3 +112,35 @@ def test_effects_and_the_diagnosis_say_which_differences_are_beyond_the_noise():
     assert "time to accuracy 2.00x (95 % interval" in words and "faster beyond the noise" in words, words
     assert words.startswith("samples/s 2.00x"), words  # two peers at a baseline's step time each
     assert diagnosis["never"]["against_baselines"] == "samples/s 2.00x, needs repeats", diagnosis["never"]
+
+
+def test_the_noise_floor_comes_from_the_solo_run_and_marks_the_results_within_it():
+    """Issue 26: two identical solo peers 10 % apart are the floor; a 2-peer run 1.05x its baselines is within
+    it, whatever its interval says; without a solo run the report says how to measure it."""
+
+    def run(name: str, strategy: str, *step_seconds: float) -> Experiment:
+        peers = [PeerRun(f"peer-{i + 1:02d}", _steps(10, s), [], True) for i, s in enumerate(step_seconds)]
+        settings = {**SETTINGS, "strategy": strategy, "peers": len(peers)}
+        return Experiment(name, Path(name), settings, True, peers)
+
+    experiments = [
+        run("noise-floor-solo", "solo", 1.0, 1.1),
+        *(run(f"base-{i}", "baseline", 1.0 + 0.001 * i) for i in range(3)),
+        # two peers at 2 x 1.05 / 2 of a baseline's rate each: 1.05x
+        *(run(f"hm-{i}", "hivemind", 2 / 1.05 + 0.001 * i, 2 / 1.05 + 0.001 * i) for i in range(3)),
+    ]
+    analysis = analyse(experiments, target_loss=None, bandwidth=None)
+    (floor,) = analysis.tables["noise_floor"].rows
+    assert floor["peers"] == 2 and floor["spread"] == pytest.approx(0.1)
+    rows = {row["setting"]: row for row in analysis.tables["comparisons"].rows}
+    hivemind = rows["2p tbsNone"]
+    assert hivemind["throughput_speedup"] == pytest.approx(1.05, rel=0.01)
+    assert hivemind["throughput_verdict"] == "faster beyond the noise"  # the interval alone excludes 1 ...
+    assert hivemind["within_noise_floor"] is True  # ... but the floor is wider
+    lines = noise_floor_lines(analysis.tables["noise_floor"])
+    assert lines[0].startswith("Noise floor: 10%. Identical training loops in 2 identical containers")
+    verdicts = verdict_lines(analysis.tables["comparisons"], analysis.tables["repeats"])
+    assert any("samples/s: 1.05x" in v and v.endswith("within the testbed's noise floor.") for v in verdicts)
+    bare = analyse(experiments[1:], target_loss=None, bandwidth=None)
+    assert noise_floor_lines(bare.tables["noise_floor"])[0].startswith("Noise floor: not measured")
+    assert {row["within_noise_floor"] for row in bare.tables["comparisons"].rows} == {None}
