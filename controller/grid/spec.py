@@ -29,7 +29,8 @@ not include this seed, so a grid's ids stay the same.
 
 The testbed's noise floor (issue #26): unless the grid says ``noise_floor: false``, its first run is a short
 ``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
-alone, identical loops in identical containers, NOISE_FLOOR_STEPS steps. How far apart their samples/s land is
+alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS). How
+far apart their samples/s land is
 the smallest difference the grid's results can show; `trainer report` prints it. It runs once per grid,
 whatever ``--only`` or ``--repeat`` select.
 
@@ -58,9 +59,9 @@ TOP_KEYS = ("name", "description", "noise_floor", "constants", "fixed", "derived
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
 #: a block's repeats where it sets none: the fewest that give an interval with a spread (issue #26)
 DEFAULT_REPEATS = 3
-#: the noise-floor run's block name and length (steps per peer; fewer where the grid's run has fewer)
+#: the noise-floor run's block name and most steps per peer (fewer where the grid's run has fewer)
 NOISE_FLOOR_BLOCK = "noise-floor"
-NOISE_FLOOR_STEPS = 40
+NOISE_FLOOR_STEPS = 100
 
 
 class GridError(ValueError):

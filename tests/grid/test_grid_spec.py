@@ -348,7 +348,8 @@ def test_the_noise_floor_runs_first_once_whatever_only_and_repeat_select(tmp_pat
     first = grid.runs[0]
     assert (first.index, first.block, first.repeat, first.strategy) == (1, "noise-floor", 1, "solo")
     assert first.experiment_id.startswith("noise-floor-solo-p2-")
-    assert first.settings["peers"] == 2 and first.settings["vcpus"] == 1 and first.settings["max_steps"] == 40
+    assert first.settings["peers"] == 2 and first.settings["vcpus"] == 1
+    assert first.settings["max_steps"] == 50  # that run's, up to 100
     assert first.settings["eval_every"] == 0
     assert not {"target_batch_size", "local_updates", "matchmaking_time"} & set(first.settings)
     assert [run.index for run in grid.runs] == list(range(1, len(grid.runs) + 1))
