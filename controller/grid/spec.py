@@ -30,9 +30,8 @@ not include this seed, so a grid's ids stay the same.
 The testbed's noise floor (issue #26): unless the grid says ``noise_floor: false``, its first run is a short
 ``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
 alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS). How
-far apart their samples/s land is
-the smallest difference the grid's results can show; `trainer report` prints it. It runs once per grid,
-whatever ``--only`` or ``--repeat`` select.
+far apart their samples/s land is the smallest difference the grid's results can show; `trainer report`
+prints it. It runs once per grid, whatever ``--only`` or ``--repeat`` select.
 
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
 ...), so an interrupted grid has covered as many settings as possible.
