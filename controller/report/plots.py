@@ -71,12 +71,14 @@ def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
     for key in sorted(groups, key=str):
         model, dataset, batch_size, learning_rate = key
         figure, axis = plt.subplots(figsize=(8, 4.5))
-        for e in sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id)):
+        runs = sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id))
+        labels = distinct_labels([(e.label(), e.experiment_id) for e in runs])
+        for e, label in zip(runs, labels, strict=True):
             times, losses = analysis.curves[e.experiment_id]
             style = (
                 {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
             )
-            (line,) = axis.plot(times, losses, label=f"{e.label()} ({e.experiment_id[-2:]})", **style)
+            (line,) = axis.plot(times, losses, label=label, **style)
             _mark_faults(axis, e, line.get_color())
         targets = {analysis.targets[e.experiment_id] for e in groups[key]} - {None}
         for target in targets:
