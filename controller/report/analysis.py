@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from controller.calibration import Calibration
@@ -21,6 +20,7 @@ from controller.report.intervals import (
     repeats_table,
 )
 from controller.report.metrics import (
+    Analysis,
     Table,
     bandwidth_bound,
     best_accuracy,
@@ -52,23 +52,6 @@ EFFECT_METRICS = (
     "averaging_share",
     "final_loss",
 )
-
-
-@dataclass
-class Analysis:
-    """Everything the report shows; each table is also written as CSV."""
-
-    experiments: list[Experiment]
-    curves: dict[str, tuple[list[float], list[float]]]
-    targets: dict[str, float | None]
-    model_bytes: dict[str, int]
-    bandwidth: float | None
-    #: per experiment the validation accuracy its time to accuracy is measured against (None: no target)
-    accuracy_targets: dict[str, float | None] = field(default_factory=dict)
-    tables: dict[str, Table] = field(default_factory=dict)
-    round_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: the compute calibration behind each speedup's no-communication ceiling (controller/calibration.py)
-    calibration: Calibration | None = None
 
 
 def analyse(

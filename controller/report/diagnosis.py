@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controller.report.intervals import against_baselines
-from controller.report.metrics import Table, bandwidth_bound, median, total
+from controller.report.metrics import Analysis, Table, bandwidth_bound, median, total
 
 if TYPE_CHECKING:
-    from controller.report.analysis import Analysis
     from controller.report.data import Experiment
 
 #: a straggler: the last to arrive at this share of the epoch ends while every other peer spends this share of

@@ -51,10 +51,13 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.report.data import Experiment
 from experiment.results import LOSS_WINDOW
+
+if TYPE_CHECKING:
+    from controller.calibration import Calibration
 
 
 @dataclass
@@ -84,6 +87,24 @@ class Table:
         if len(self.rows) > limit:
             lines.append(f"\n_{len(self.rows) - limit} more rows in `{self.name}.csv`_")
         return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Analysis:
+    """Everything the report shows (built by controller/report/analysis.py); each table is also written as
+    CSV."""
+
+    experiments: list[Experiment]
+    curves: dict[str, tuple[list[float], list[float]]]
+    targets: dict[str, float | None]
+    model_bytes: dict[str, int]
+    bandwidth: float | None
+    #: per experiment the validation accuracy its time to accuracy is measured against (None: no target)
+    accuracy_targets: dict[str, float | None] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    round_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the compute calibration behind each speedup's no-communication ceiling (controller/calibration.py)
+    calibration: Calibration | None = None
 
 
 def _csv_cell(value: Any) -> Any:
