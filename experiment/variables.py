@@ -93,6 +93,9 @@ VARIABLES: tuple[Variable, ...] = (
         "preprocessing", PREPROCESSING, "decode", "imagefolder: decode each step or cache", (ALL_TRAINERS,)
     ),
     Variable("eval_every", "int0", 0, "steps between evaluations (0: none)", (ALL_TRAINERS,)),
+    Variable(
+        "eval_batches", "int0", 0, "validation batches per evaluation (0: the whole split)", (ALL_TRAINERS,)
+    ),
     Variable("target_loss", "float", None, "loss the report measures time to", (ALL_TRAINERS,)),
     Variable(
         "experiment_id",

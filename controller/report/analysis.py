@@ -444,8 +444,17 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     shares = {row["experiment_id"]: row["averaging_share"] for row in analysis.tables["breakdown"].rows}
     table = []
     for factor in EFFECT_FACTORS:
+        # Hivemind's own factors among Hivemind runs; peers among the strategies with peers; batch size and
+        # LR among all; never the grid's noise floor (a measurement of the testbed)
         subset = [
-            e for e in analysis.experiments if factor in ("batch_size", "learning_rate") or not e.is_baseline
+            e
+            for e in analysis.experiments
+            if not e.is_noise_floor
+            and (
+                factor in ("batch_size", "learning_rate")
+                or (factor == "peers" and not e.is_baseline)
+                or e.strategy == "hivemind"
+            )
         ]
         levels: dict[tuple[Any, str], list[Experiment]] = defaultdict(list)
         for e in subset:

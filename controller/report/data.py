@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.grid.spec import NOISE_FLOOR_BLOCK
 from controller.grid.status import is_true
 from experiment.results import (
     EVAL_COLUMNS,
@@ -99,6 +100,11 @@ class Experiment:
     def setting_key(self) -> tuple[tuple[str, Any], ...]:
         """Identifies a setting: experiments with equal keys are repeats of each other."""
         return tuple((key, self.settings.get(key)) for key in SETTING_KEYS)
+
+    @property
+    def is_noise_floor(self) -> bool:
+        """A grid's noise-floor run (controller/grid/spec.py): a measurement of the testbed, not a setting."""
+        return self.experiment_id.startswith(f"{NOISE_FLOOR_BLOCK}-")
 
     def comparison_key(self) -> tuple[Any, ...]:
         """Hivemind runs are compared with the baselines that share model, data, batch size and LR."""

@@ -165,8 +165,12 @@ def diagnosis_table(analysis: Analysis) -> Table:
     for e in analysis.experiments:
         row = diagnose(e, breakdown[e.experiment_id], peers.get(e.experiment_id, []))
         # issue #26: whether it is faster than its baselines beyond the noise, in words
-        compared = None if e.is_baseline else comparisons.get(e.setting_key())
-        row["against_baselines"] = None if e.is_baseline else against_baselines(compared)
+        if e.is_baseline:
+            row["against_baselines"] = None
+        elif e.is_noise_floor:
+            row["against_baselines"] = "the grid's noise floor: a measurement of the testbed, not compared"
+        else:
+            row["against_baselines"] = against_baselines(comparisons.get(e.setting_key()))
         rows.append(row)
     columns = (
         *("experiment_id", "setting", "bound", "data_share", "compute_share", "communication_share"),

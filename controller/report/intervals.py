@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controller.grid.spec import NOISE_FLOOR_BLOCK
 from controller.report.data import Experiment
 from controller.report.metrics import Table
 
@@ -173,7 +172,7 @@ def comparisons_table(
     baselines: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     settings: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     for e in experiments:
-        if e.experiment_id.startswith(f"{NOISE_FLOOR_BLOCK}-"):
+        if e.is_noise_floor:
             continue  # a grid's noise floor is a measurement of the testbed, not a setting of the study
         (baselines[e.comparison_key()] if e.is_baseline else settings[e.setting_key()]).append(e)
     table = []
