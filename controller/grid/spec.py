@@ -190,11 +190,14 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
 
 def noise_floor_run(runs: list[Run]) -> Run:
     """The grid's noise-floor run (module docstring): its run with the most peers, as `solo`, short."""
-    source = max(runs, key=lambda run: int(run.settings.get("peers", BY_NAME["peers"].default)))
+
+    def setting(run: Run, var: str) -> int:
+        return int(run.settings.get(var, BY_NAME[var].default))
+
+    source = max(runs, key=lambda run: setting(run, "peers"))
     settings = {**source.settings, "strategy": "solo", "eval_every": 0, "seed": 0}
-    settings["peers"] = max(2, int(source.settings.get("peers", BY_NAME["peers"].default)))
-    steps = int(source.settings.get("max_steps", BY_NAME["max_steps"].default))
-    settings["max_steps"] = min(steps, NOISE_FLOOR_STEPS)
+    settings["peers"] = max(2, setting(source, "peers"))
+    settings["max_steps"] = min(setting(source, "max_steps"), NOISE_FLOOR_STEPS)
     # Hivemind's own settings do not apply to peers that train alone
     ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings and var not in HIVEMIND_FIELDS}
     return Run(1, NOISE_FLOOR_BLOCK, 1, ordered, f"{NOISE_FLOOR_BLOCK}-{experiment_id(ordered, 1)}")
