@@ -3,8 +3,9 @@
 A test marked ``cluster`` starts the local cluster or real peers (Hivemind, gloo) on this machine's 2 shared
 cores. Such a test asserts what the testbed guarantees (results complete and parseable, every failed round
 with a cause, the barrier released everyone, faults recorded, nothing left running). What depends on
-Hivemind's chance on an overloaded host (how many rounds formed, a partial reply, equal speed) goes through
-the ``chance`` fixture instead: recorded and printed at the end of the run, never failing it.
+Hivemind's chance on an overloaded host (how many rounds formed, a partial reply, equal speed, equal CPU under
+load) goes through the ``chance`` fixture instead: recorded and printed at the end of the run, never failing
+it.
 
 A cluster test that still fails by chance is rerun once (pytest-rerunfailures); unit and Molecule tests never
 are. The end of the run lists every rerun with its first failure, so a flake is counted, never hidden.
@@ -31,7 +32,8 @@ class Observation:
 
 
 class Chance:
-    """``chance.expect(held, what, detail)``: an outcome that depends on Hivemind's timing, recorded."""
+    """``chance.expect(held, what, detail)``: an outcome that depends on Hivemind's timing or on the host's
+    scheduling, recorded."""
 
     def __init__(self, test: str, sink: list[Observation]) -> None:
         self._test = test
