@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 from shared_cluster import BIN, ISOLATED_CLUSTER, REPO, environment
 
@@ -50,3 +53,63 @@ def free_port() -> int:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------ a neighbour outside the cluster network
+OUTSIDE = "tb-e2e-outside"  # a network namespace outside the cluster network, routed to it through this host
+OUTSIDE_HOST, OUTSIDE_ADDRESS = "10.250.66.1", "10.250.66.2"
+
+
+@contextlib.contextmanager
+def outside_namespace() -> Iterator[list[str]]:
+    """A machine on the host's network, as a network namespace whose default route is this host (which
+    forwards to the podman network): yields the command prefix that runs a program there."""
+
+    def ip(*args: str, check: bool = True) -> None:
+        subprocess.run(["ip", *args], check=check, capture_output=True)
+
+    ip("netns", "del", OUTSIDE, check=False)
+    ip("link", "del", "tbe2e0", check=False)
+    try:
+        ip("netns", "add", OUTSIDE)
+        ip("link", "add", "tbe2e0", "type", "veth", "peer", "name", "tbe2e1")
+        ip("link", "set", "tbe2e1", "netns", OUTSIDE)
+        ip("addr", "add", f"{OUTSIDE_HOST}/30", "dev", "tbe2e0")
+        ip("link", "set", "tbe2e0", "up")
+        for command in (
+            ["addr", "add", f"{OUTSIDE_ADDRESS}/30", "dev", "tbe2e1"],
+            ["link", "set", "tbe2e1", "up"],
+            ["link", "set", "lo", "up"],
+            ["route", "add", "default", "via", OUTSIDE_HOST],
+        ):
+            ip("netns", "exec", OUTSIDE, "ip", *command)
+        yield ["ip", "netns", "exec", OUTSIDE]
+    finally:
+        ip("netns", "del", OUTSIDE, check=False)
+        ip("link", "del", "tbe2e0", check=False)
+
+
+def port_scan(via: list[str], addresses: list[str], out: Path) -> dict[str, dict[str, str]]:
+    """nmap from ``via``: every TCP port (connect scan) and the 100 most common UDP ports of every address.
+    Returns {address: {"<port>/<proto>": state}}, the ports nmap counts rather than lists as
+    {"<count> more/<proto>": state}, and keeps its output in ``out``. --defeat-icmp-ratelimit: the hosts
+    answer closed UDP ports with rate-limited ICMP; a UDP port that stays silent is reported
+    "closed|filtered", one that answers "open"."""
+    found: dict[str, dict[str, str]] = {}
+    scans = {"tcp": ["-sT", "-p-", "-T5"], "udp": ["-sU", "--top-ports", "100", "--defeat-icmp-ratelimit"]}
+    for proto, options in scans.items():
+        xml = out / f"nmap-{proto}.xml"
+        done = subprocess.run(
+            [*via, "nmap", "-Pn", "-n", *options, "-oX", str(xml), "-oN", str(out / f"nmap-{proto}.txt"),
+             *addresses],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        for host in ElementTree.parse(xml).getroot().iter("host"):
+            address = host.find("address").get("addr")
+            ports = found.setdefault(address, {})
+            for port in host.iter("port"):
+                ports[f"{port.get('portid')}/{port.get('protocol')}"] = port.find("state").get("state")
+            for extra in host.iter("extraports"):  # the ports nmap counted rather than listed
+                ports[f"{extra.get('count')} more/{proto}"] = extra.get("state")
+    return found

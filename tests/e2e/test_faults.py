@@ -1,17 +1,16 @@
 """Issue 15: faults on purpose, from the playbook, on the local cluster. One run shares every fault check: a
-kill before the start barrier (min_peers), a kill and a partition during the run, the ports closed outside."""
+kill before the start barrier (min_peers), a kill and a partition during the run. (The ports closed from
+outside: the port scan in test_local_cluster.py.)"""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from e2e_support import extra_vars, read_json, run_playbook
-from shared_cluster import BIN, ISOLATED_CLUSTER, environment
+from shared_cluster import BIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 
@@ -133,76 +132,3 @@ def test_kill_before_the_barrier_then_kill_and_partition_during_the_run(tmp_path
     text = (tmp_path / "report" / "report.md").read_text()
     assert "partition:peer-03@10s+8s" in text
     print(f"partitioned peer rejoined: {came_back}; costs: {costs}")
-
-    # issue 15, closed by default: checked on this run's containers
-    _check_closed_outside()
-
-
-# ------------------------------------------------------------------------------ closed by default
-OUTSIDE = "tb-e2e-outside"  # a network namespace outside the cluster network, routed to it through this host
-OUTSIDE_HOST, OUTSIDE_ADDRESS = "10.250.66.1", "10.250.66.2"
-
-
-def _podman(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], env=environment(), capture_output=True, text=True, check=False)
-
-
-def _connects(address: str, port: int, *, via: list[str]) -> str:
-    """'open', 'refused' or 'timeout': one TCP connection attempt from the namespace/container ``via``."""
-    probe = (
-        "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)\n"
-        " print('open')\nexcept ConnectionRefusedError:\n print('refused')\n"
-        "except OSError:\n print('timeout')"
-    )
-    done = subprocess.run([*via, "python3", "-c", probe, address, str(port)], env=environment(),
-                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    return done.stdout.strip() or done.stderr[-300:]
-
-
-@contextlib.contextmanager
-def _outside_namespace():
-    def ip(*args: str, check: bool = True) -> None:
-        subprocess.run(["ip", *args], check=check, capture_output=True)
-
-    ip("netns", "del", OUTSIDE, check=False)
-    ip("link", "del", "tbe2e0", check=False)
-    try:
-        ip("netns", "add", OUTSIDE)
-        ip("link", "add", "tbe2e0", "type", "veth", "peer", "name", "tbe2e1")
-        ip("link", "set", "tbe2e1", "netns", OUTSIDE)
-        ip("addr", "add", f"{OUTSIDE_HOST}/30", "dev", "tbe2e0")
-        ip("link", "set", "tbe2e0", "up")
-        for command in (
-            ["addr", "add", f"{OUTSIDE_ADDRESS}/30", "dev", "tbe2e1"],
-            ["link", "set", "tbe2e1", "up"],
-            ["route", "add", "default", "via", OUTSIDE_HOST],
-        ):
-            ip("netns", "exec", OUTSIDE, "ip", *command)
-        yield ["ip", "netns", "exec", OUTSIDE]
-    finally:
-        ip("netns", "del", OUTSIDE, check=False)
-        ip("link", "del", "tbe2e0", check=False)
-
-
-def _check_closed_outside() -> None:
-    """A peer's exporter and p2p ports refuse a host outside the cluster network while another peer (and the
-    monitor's Prometheus: tests/e2e/test_local_cluster.py) reaches them; other ports stay open."""
-    prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
-    target = f"{ISOLATED_CLUSTER['testbed_network_prefix']}.102"
-    rules = _podman("exec", f"{prefix}peer-02", "iptables", "-S", "TESTBED")
-    assert rules.returncode == 0, f"no firewall chain on peer-02: {rules.stderr}"
-    # the exporter's and Hivemind's ports (the run is over: free), and one the firewall leaves alone
-    servers = [
-        _podman("exec", "-d", f"{prefix}peer-02", "python3", "-m", "http.server", str(port), "--bind", target)
-        for port in (9410, 31337, 8088)
-    ]
-    assert all(server.returncode == 0 for server in servers), [s.stderr for s in servers]
-    try:
-        time.sleep(1)
-        with _outside_namespace() as outside:
-            assert _connects(target, 8088, via=outside) == "open"  # the namespace does reach the peer
-            for port in (9410, 31337):
-                assert _connects(target, port, via=outside) == "refused", port
-                assert _connects(target, port, via=["podman", "exec", f"{prefix}peer-01"]) == "open", port
-    finally:
-        _podman("exec", f"{prefix}peer-02", "pkill", "-f", "http.server")

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import PlaybookRun, extra_vars, free_port, read_json, run_playbook
+from e2e_support import (
+    PlaybookRun,
+    extra_vars,
+    free_port,
+    outside_namespace,
+    port_scan,
+    read_json,
+    run_playbook,
+)
 from shared_cluster import ISOLATED_CLUSTER, REPO, environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
@@ -102,18 +110,19 @@ def _inventory_with(tmp_path: Path, host_vars: dict[str, dict]) -> list[str]:
 
 
 def _netprobe(sender: str, receiver: str, address: str) -> float:
-    """Bytes/s of one TCP stream between two of the tests' containers, measured now (trainer netprobe)."""
+    """Bytes/s of one TCP stream between two of the tests' containers, measured now (trainer netprobe, on its
+    port: the only one the firewall opens for it)."""
     prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
     serve = subprocess.Popen(
         ["podman", "exec", f"{prefix}{receiver}", "trainer", "netprobe", "serve", "--bind", address,
-         "--port", "5202", "--timeout", "30"],
+         "--port", "5201", "--timeout", "30"],
         env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         for _ in range(20):
             sent = subprocess.run(
                 ["podman", "exec", f"{prefix}{sender}", "trainer", "netprobe", "send", "--to", address,
-                 "--port", "5202", "--seconds", "2"],
+                 "--port", "5201", "--seconds", "2"],
                 env=environment(), capture_output=True, text=True, check=False,
             )  # fmt: skip
             if sent.returncode == 0:
@@ -293,6 +302,78 @@ def test_a_second_run_into_complete_results_is_refused(four_peers):
     assert "already holds the complete results of experiment e2e-four" in again.output
     assert "-e force=true" in again.output
     assert read_json(four_peers.results / "experiment.json")["complete"] is True  # what was there is kept
+
+
+def _in(host: str, *command: str, detach: bool = False) -> subprocess.CompletedProcess:
+    prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
+    return subprocess.run(
+        ["podman", "exec", *(["-d"] if detach else []), f"{prefix}{host}", *command],
+        env=environment(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _connects(address: str, port: int, *, via: list[str]) -> str:
+    """'open', 'refused' or 'timeout': one TCP connection attempt from the namespace/container ``via``."""
+    probe = (
+        "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)\n"
+        " print('open')\nexcept ConnectionRefusedError:\n print('refused')\n"
+        "except OSError:\n print('timeout')"
+    )
+    done = subprocess.run([*via, "python3", "-c", probe, address, str(port)], env=environment(),
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    return done.stdout.strip() or done.stderr[-300:]
+
+
+# A service someone adds without a firewall rule: TCP 8088 and UDP 161 (a port nmap's top 100 scans), on every
+# address. The UDP one echoes, so that nmap would call it open.
+ADDED_TCP = (
+    "import http.server as h; h.HTTPServer(('0.0.0.0', 8088), h.SimpleHTTPRequestHandler).serve_forever()"
+)
+ADDED_UDP = (
+    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 161))\n"
+    "while True:\n data, sender = s.recvfrom(2048); s.sendto(data or b'x', sender)"
+)
+
+
+def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_path):
+    """Issue 32: an nmap scan from a neighbour outside the cluster network (a namespace routed through this
+    host) of every TCP port and the 100 most common UDP ports of every host of the run (peers, monitor,
+    storage) finds nothing open, while the trainer's ports listen on a peer and a service without a firewall
+    rule listens on a peer and on the storage host; the cluster itself still reaches the testbed's ports."""
+    prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
+    addresses = {host: f"{ISOLATED_CLUSTER['testbed_network_prefix']}.{n}" for host, n in
+                 zip([*PEERS, "monitor", "storage"], [101, 102, 103, 104, 10, 5], strict=True)}  # fmt: skip
+    # nothing listens that the run does not need: rpcbind masked everywhere (the dataset is on CephFS)
+    for host in addresses:
+        assert _in(host, "systemctl", "is-enabled", "rpcbind.socket").stdout.strip() == "masked", host
+    # the trainer's exporter and Hivemind's port on peer-02 (the run is over: free), as during a run
+    peer = addresses["peer-02"]
+    servers = [
+        _in("peer-02", "python3", "-m", "http.server", str(port), "--bind", peer, detach=True)
+        for port in (9410, 31337)
+    ]
+    servers += [_in(host, "python3", "-c", code, detach=True) for host in ("peer-02", "storage")
+                for code in (ADDED_TCP, ADDED_UDP)]  # fmt: skip
+    assert all(server.returncode == 0 for server in servers), [server.stderr for server in servers]
+    try:
+        time.sleep(1)
+        for port in (9410, 31337):  # the cluster reaches the testbed's ports ...
+            assert _connects(peer, port, via=["podman", "exec", f"{prefix}peer-01"]) == "open", port
+        for host in ("peer-02", "storage"):  # ... the added service answers on the host itself ...
+            assert _connects(addresses[host], 8088, via=["podman", "exec", f"{prefix}{host}"]) == "open", host
+        with outside_namespace() as outside:
+            scan = port_scan(outside, list(addresses.values()), tmp_path)
+    finally:
+        for host in ("peer-02", "storage"):
+            _in(host, "pkill", "-f", "http.server|socket.SOCK_DGRAM")
+    print("port scan from outside the cluster network:", json.dumps(scan, indent=1))
+    assert set(scan) == set(addresses.values()), scan
+    for address, ports in scan.items():
+        # ... and from outside every port is closed: a TCP reset or an ICMP port-unreachable came back, so the
+        # neighbour does reach the host and is refused (nothing open, nothing merely silent)
+        assert not [port for port, state in ports.items() if "open" in state], (address, ports)
+        tcp_states = {state for port, state in ports.items() if port.endswith("/tcp")}
+        assert tcp_states == {"closed"}, (address, ports)
 
 
 def test_zero_on_two_peers(tmp_path):

@@ -22,6 +22,7 @@ PORTS = {
     "prometheus_port": 9090,
     "grafana_port": 3000,
     "data_parallel_port": 29500,
+    "netprobe_port": 5201,
 }
 
 # A root configuration shaped like infra/envs/example's output, with the addresses the cluster module assigns

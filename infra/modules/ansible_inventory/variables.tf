@@ -87,6 +87,7 @@ variable "ports" {
     prometheus      = optional(number, 9090)
     grafana         = optional(number, 3000)
     data_parallel   = optional(number, 29500)
+    netprobe        = optional(number, 5201)
   })
   default  = {}
   nullable = false
@@ -99,5 +100,29 @@ variable "ports" {
   validation {
     condition     = length(distinct(values(var.ports))) == length(values(var.ports))
     error_message = "The service ports must be distinct."
+  }
+}
+
+variable "gloo_ports" {
+  description = "Ports gloo's pair connections listen on (FIRST:LAST), written as the group var gloo_ports: role cluster_firewall opens them to the cluster network."
+  type        = string
+  default     = "32768:60999"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[0-9]+:[0-9]+$", var.gloo_ports))
+    error_message = "gloo_ports must be FIRST:LAST."
+  }
+}
+
+variable "admin_cidrs" {
+  description = "IPv4 CIDRs allowed to SSH to the hosts, written as the group var testbed_admin_cidrs: role cluster_firewall accepts SSH from them."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for cidr in var.admin_cidrs : can(cidrnetmask(cidr))])
+    error_message = "Every admin_cidrs entry must be an IPv4 network in CIDR notation."
   }
 }

@@ -1,7 +1,8 @@
 # One security group for every VM. OpenNebula drops what no rule allows once a group applies, so:
 # SSH only from admin_cidrs; Hivemind/p2p, trainer metrics, node_exporter, Prometheus, Grafana, the DDP/ZeRO
-# rendezvous, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from inside cluster_cidr;
-# all outbound traffic (package installs, pip).
+# rendezvous, the bandwidth probe, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from
+# inside cluster_cidr; all outbound traffic (package installs, pip). Role cluster_firewall opens the same list on
+# every host (tests/infra/test_port_list.py keeps the two the same).
 
 locals {
   cluster_prefix_length = tonumber(split("/", var.cluster_cidr)[1])
@@ -13,6 +14,7 @@ locals {
     prometheus      = var.ports.prometheus
     grafana         = var.ports.grafana
     data_parallel   = var.ports.data_parallel
+    netprobe        = var.ports.netprobe
     gloo_pairs      = var.gloo_ports
   }
 

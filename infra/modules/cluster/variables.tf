@@ -252,6 +252,7 @@ variable "ports" {
     prometheus      = optional(number, 9090)
     grafana         = optional(number, 3000)
     data_parallel   = optional(number, 29500)
+    netprobe        = optional(number, 5201)
   })
   default  = {}
   nullable = false

@@ -60,8 +60,11 @@ run "eight_peers" {
       prometheus_port      = 9090
       grafana_port         = 3000
       data_parallel_port   = 29500
+      netprobe_port        = 5201
+      gloo_ports           = "32768:60999"
+      testbed_admin_cidrs  = ["192.0.2.0/28"]
     }
-    error_message = "The ports (contract defaults), ansible_user and the cluster network must be group vars of all."
+    error_message = "The ports (contract defaults), gloo's range, the admin networks, ansible_user and the cluster network must be group vars of all."
   }
   assert {
     condition     = output.hosts["peer-08"] == { vm_id = output.hosts["peer-08"].vm_id, vm_name = "testbed-peer-08", ip = "10.42.0.108", role = "peer", vcpus = 2, cpu_share = 2, memory_mb = 3072 }
