@@ -33,12 +33,24 @@ def test_accepted_then_everything_else_rejected(rules):
     ]
 
 
+def test_ipv6_closed_but_for_loopback_established_and_icmpv6(host):
+    assert host.check_output("ip6tables -S INPUT").splitlines()[1] == f"-A INPUT -j {CHAIN}"
+    assert host.check_output(f"ip6tables -S {CHAIN}").splitlines()[1:] == [
+        f"-A {CHAIN} -i lo -j ACCEPT",
+        f"-A {CHAIN} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        f"-A {CHAIN} -p ipv6-icmp -j ACCEPT",
+        f"-A {CHAIN} -p tcp -j REJECT --reject-with tcp-reset",
+        f"-A {CHAIN} -p udp -j REJECT --reject-with icmp6-port-unreachable",
+        f"-A {CHAIN} -j REJECT --reject-with icmp6-adm-prohibited",
+    ]
+
+
 def test_unit_enabled_and_stop_removes_the_chain(host):
     unit = host.service("testbed-firewall.service")
     assert unit.is_enabled
     host.check_output("systemctl stop testbed-firewall.service")
     try:
-        assert CHAIN not in host.check_output("iptables -S")
+        assert CHAIN not in host.check_output("iptables -S") + host.check_output("ip6tables -S")
     finally:
         host.check_output("systemctl start testbed-firewall.service")
     assert f"-A INPUT -j {CHAIN}" in host.check_output("iptables -S INPUT")
