@@ -96,11 +96,13 @@ def _prometheus(port: int, query: str, at: float) -> dict[str, float]:
     return {series["metric"].get("peer", ""): float(series["value"][1]) for series in result}
 
 
-def _on_monitor(*command: str) -> str:
-    monitor = f"{ISOLATED_CLUSTER['testbed_container_prefix']}monitor"
+def _in(host: str, *command: str, detach: bool = False, check: bool = False) -> subprocess.CompletedProcess:
+    """``command`` in the tests' container of ``host`` (``detach``: started in the background)."""
+    prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
     return subprocess.run(
-        ["podman", "exec", monitor, *command], env=environment(), capture_output=True, text=True, check=True
-    ).stdout
+        ["podman", "exec", *(["-d"] if detach else []), f"{prefix}{host}", *command],
+        env=environment(), capture_output=True, text=True, timeout=60, check=check,
+    )  # fmt: skip
 
 
 def _inventory_with(tmp_path: Path, host_vars: dict[str, dict]) -> list[str]:
@@ -188,7 +190,9 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert secret not in run.output
     leaked = [p for p in four_peers.root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert not leaked, leaked
-    assert secret in _on_monitor("cat", "/etc/grafana/grafana.ini")  # it did reach Grafana (and only it)
+    assert (
+        secret in _in("monitor", "cat", "/etc/grafana/grafana.ini", check=True).stdout
+    )  # it did reach Grafana (and only it)
     # Issue 8: every peer read Fashion-MNIST through its ceph-fuse mount, and its data loading is timed
     storage = experiment["storage"]
     assert storage["backend"] == "cephfs"
@@ -214,9 +218,14 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         assert scraped and 0 < scraped[peer] <= len(steps), (peer, scraped)
         nodes = _prometheus(port, f'min_over_time(up{{job="node",host="{peer}"}}{span})', at)
         assert list(nodes.values()) == [1.0], (peer, nodes)
-    dashboards = _on_monitor("ls", "/var/lib/grafana/dashboards/testbed").split()
+    dashboards = _in("monitor", "ls", "/var/lib/grafana/dashboards/testbed", check=True).stdout.split()
     assert {"experiment.json", "hosts.json"} <= set(dashboards), dashboards
-    assert "prometheus" in _on_monitor("cat", "/etc/grafana/provisioning/datasources/testbed.yml").lower()
+    assert (
+        "prometheus"
+        in _in(
+            "monitor", "cat", "/etc/grafana/provisioning/datasources/testbed.yml", check=True
+        ).stdout.lower()
+    )
     # Issue 7: the start barrier lines up every peer's first step.
     first_steps = [float(_rows(results / peer / "steps.csv")[0]["timestamp"]) for peer in PEERS]
     assert max(first_steps) - min(first_steps) < 15, first_steps
@@ -303,14 +312,6 @@ def test_a_second_run_into_complete_results_is_refused(four_peers):
     assert "already holds the complete results of experiment e2e-four" in again.output
     assert "-e force=true" in again.output
     assert read_json(four_peers.results / "experiment.json")["complete"] is True  # what was there is kept
-
-
-def _in(host: str, *command: str, detach: bool = False) -> subprocess.CompletedProcess:
-    prefix = ISOLATED_CLUSTER["testbed_container_prefix"]
-    return subprocess.run(
-        ["podman", "exec", *(["-d"] if detach else []), f"{prefix}{host}", *command],
-        env=environment(), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 def _connects(address: str, port: int, *, via: list[str]) -> str:
