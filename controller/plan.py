@@ -16,7 +16,15 @@ from typing import Any
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import CalibrationError
 from controller.calibration import load as load_calibration
-from experiment.variables import DATA_PARALLEL_FIELDS, DILATION_WORDS, HIVEMIND_FIELDS, TRAINER_FIELDS
+from experiment.variables import (
+    DATA_PARALLEL_FIELDS,
+    DATA_PARALLEL_STRATEGIES,
+    DEEPSPEED_FIELDS,
+    DILATION_WORDS,
+    HIVEMIND_FIELDS,
+    TRAINER_FIELDS,
+    ZERO_STAGES,
+)
 from experiment.variables import VARIABLES as DEFINITION
 
 UNSET = "__testbed_unset__"
@@ -147,8 +155,10 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     >>> result = testbed_experiment({"peers": "2", "model": "smallcnn"}, inv)
     >>> result["errors"], result["hosts"], result["plan"]["peer-02"]["cpus_limit"]
     ([], ['peer-01', 'peer-02'], 0.875)
-    >>> testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]
-    ["strategy must be one of hivemind|baseline|ddp|zero|solo (got 'ring')", 'peers must be >= 1 (got 0)']
+    >>> for error in testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]:
+    ...     print(error)
+    strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|solo (got 'ring')
+    peers must be >= 1 (got 0)
     >>> testbed_experiment({"peers": "3"}, inv)["errors"]
     ['peers=3 but the inventory has only 2 hosts in group peers']
     """
@@ -171,7 +181,13 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             f"peers={settings['peers']} but the inventory has only {available} hosts in group peers"
         )
     if settings["min_peers"] and settings["strategy"] != "hivemind":
-        errors.append("min_peers needs strategy hivemind (a DDP/ZeRO world has a fixed size)")
+        errors.append("min_peers needs strategy hivemind (a data-parallel world has a fixed size)")
+    if settings["zero_stage"] is not None:
+        if settings["strategy"] != "deepspeed":
+            errors.append(f"zero_stage needs strategy deepspeed (got strategy={settings['strategy']})")
+        elif settings["zero_stage"] not in ZERO_STAGES:
+            stages = ", ".join(map(str, ZERO_STAGES))
+            errors.append(f"zero_stage must be one of {stages} (got {settings['zero_stage']})")
     elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
         errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
     if settings["cpu_probe_seconds"] > MAX_CPU_PROBE_SECONDS:
@@ -331,8 +347,12 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         trainer_settings["data_root"] = settings["data_root"]
     if settings["strategy"] == "hivemind":
         trainer_settings.update({name: settings[name] for name in HIVEMIND_FIELDS})
-    elif settings["strategy"] in ("ddp", "zero"):
+    elif settings["strategy"] in DATA_PARALLEL_STRATEGIES:
         trainer_settings.update({name: settings[name] for name in DATA_PARALLEL_FIELDS})
+    if settings["strategy"] == "deepspeed":
+        trainer_settings.update(
+            {name: settings[name] for name in DEEPSPEED_FIELDS if settings[name] is not None}
+        )
 
     return {
         "errors": errors,

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "solo")
+STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "fsdp", "deepspeed", "solo")
+#: the strategies that run one torch.distributed rank per host (gloo): the data_parallel_peer role
+DATA_PARALLEL_STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed")
+ZERO_STAGES = (1, 2, 3)
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
@@ -31,7 +34,7 @@ DHT_BOOTSTRAPS = ("peer", "monitor")
 DILATION_WORDS = ("auto", "off")
 
 # which trainers get a variable as the flag of the same name
-ALL_TRAINERS, HIVEMIND, DATA_PARALLEL = "all", "hivemind", "data_parallel"
+ALL_TRAINERS, HIVEMIND, DATA_PARALLEL, DEEPSPEED = "all", "hivemind", "data_parallel", "deepspeed"
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,15 @@ VARIABLES: tuple[Variable, ...] = (
         "averaging_timeout",
         "float",
         60.0,
-        "seconds a round (DDP/ZeRO: a collective) may take",
+        "seconds a round (DDP/ZeRO/FSDP/DeepSpeed: a collective) may take",
         (HIVEMIND, DATA_PARALLEL),
+    ),
+    Variable(
+        "zero_stage",
+        "int",
+        None,
+        "DeepSpeed: ZeRO stage 1, 2 or 3 (default 2; only with strategy=deepspeed)",
+        (DEEPSPEED,),
     ),
     Variable(
         "dht_bootstrap", DHT_BOOTSTRAPS, "peer", "Hivemind: the first peer or a DHT-only node on the monitor"
@@ -164,10 +174,12 @@ def _for(trainer: str) -> tuple[str, ...]:
     return tuple(variable.name for variable in VARIABLES if trainer in variable.trainers)
 
 
-#: settings handed to every trainer, to Hivemind peers, to DDP/ZeRO ranks (RunConfig field names)
+#: settings handed to every trainer, to Hivemind peers, to the data-parallel ranks, to DeepSpeed's only
+#: (RunConfig field names)
 TRAINER_FIELDS = _for(ALL_TRAINERS)
 HIVEMIND_FIELDS = _for(HIVEMIND)
 DATA_PARALLEL_FIELDS = _for(DATA_PARALLEL)
+DEEPSPEED_FIELDS = _for(DEEPSPEED)
 
 
 # ------------------------------------------------------------------------------------------------ the docs
@@ -187,7 +199,12 @@ def markdown_table() -> str:
     """The variables as a Markdown table, in definition order."""
     lines = ["| variable | kind | default | trainer flag | meaning |", "|---|---|---|---|---|"]
     for variable in VARIABLES:
-        names = {ALL_TRAINERS: "every strategy", HIVEMIND: "Hivemind", DATA_PARALLEL: "DDP/ZeRO"}
+        names = {
+            ALL_TRAINERS: "every strategy",
+            HIVEMIND: "Hivemind",
+            DATA_PARALLEL: "DDP/ZeRO/FSDP/DeepSpeed",
+            DEEPSPEED: "DeepSpeed",
+        }
         flag = ", ".join(names[trainer] for trainer in variable.trainers) or "–"
         grid = " (set by `trainer grid`)" if variable.set_by_grid else ""
         kind = variable.kind_text()

@@ -22,7 +22,15 @@ from typing import Any
 import yaml
 
 # the allowed values, from the experiment's one definition
-from experiment.variables import DATASETS, MODELS, OPTIMIZERS, PREPROCESSING, STRATEGIES
+from experiment.variables import (
+    DATA_PARALLEL_STRATEGIES,
+    DATASETS,
+    MODELS,
+    OPTIMIZERS,
+    PREPROCESSING,
+    STRATEGIES,
+    ZERO_STAGES,
+)
 
 DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
@@ -116,8 +124,12 @@ class RunConfig:
     :param time_dilation: D, how many times slower this peer's CPU is than the machine it models (>= 1; 1:
         none). Every time setting above is in the modelled machine's seconds and the trainer waits D times
         as long (trainer/dilation.py); summary.json also gives its times divided by D
-    :param rank: DDP/ZeRO: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the rendezvous)
-    :param rendezvous: DDP/ZeRO: ``HOST:PORT`` where rank 0 listens for the others (its cluster address)
+    :param rank: DDP/ZeRO/FSDP/DeepSpeed: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the
+        rendezvous)
+    :param rendezvous: DDP/ZeRO/FSDP/DeepSpeed: ``HOST:PORT`` where rank 0 listens for the others (its
+        cluster address)
+    :param zero_stage: DeepSpeed: the ZeRO stage, 1 (optimizer state sharded), 2 (and gradients) or 3 (and
+        parameters); None: 2. Refused with any other strategy
     :param config: the YAML/JSON file these settings were read from (informational)
     :param overwrite: replace a finished run in ``results_dir`` instead of refusing
 
@@ -125,7 +137,7 @@ class RunConfig:
     32
     """
 
-    strategy: str = field(default="baseline", metadata=_opt("baseline | hivemind | ddp | zero"))
+    strategy: str = field(default="baseline", metadata=_opt(" | ".join(s for s in STRATEGIES if s != "solo")))
     model: str = field(default="resnet18", metadata=_opt("resnet18 | smallcnn"))
     dataset: str = field(
         default="synthetic", metadata=_opt("synthetic | fashion-mnist | cifar10 | imagefolder")
@@ -181,10 +193,11 @@ class RunConfig:
     time_dilation: float = field(
         default=1.0, metadata=_opt("times slower this peer runs than the machine it models", metavar="D")
     )
-    rank: int = field(default=0, metadata=_opt("DDP/ZeRO: this process's rank (0 hosts the rendezvous)"))
+    rank: int = field(default=0, metadata=_opt("data parallel: this process's rank (0 hosts the rendezvous)"))
     rendezvous: str = field(
-        default="127.0.0.1:29500", metadata=_opt("DDP/ZeRO: rank 0's HOST:PORT", metavar="HOST:PORT")
+        default="127.0.0.1:29500", metadata=_opt("data parallel: rank 0's HOST:PORT", metavar="HOST:PORT")
     )
+    zero_stage: int | None = field(default=None, metadata=_opt("DeepSpeed: ZeRO stage 1 | 2 | 3 (default 2)"))
     config: str | None = field(default=None, metadata=_opt("YAML/JSON settings file", metavar="FILE"))
     overwrite: bool = field(default=False, metadata=_opt("replace a finished run in the results dir"))
 
@@ -299,7 +312,11 @@ class RunConfig:
         if not (math.isfinite(self.time_dilation) and self.time_dilation >= 1):
             raise ConfigError("must be a factor >= 1 (1: no dilation)", "time_dilation", self.time_dilation)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
-        if self.strategy in ("ddp", "zero"):
+        if self.zero_stage is not None:
+            if self.strategy != "deepspeed":
+                raise ConfigError("only strategy deepspeed has ZeRO stages", "zero_stage", self.zero_stage)
+            _choice("zero_stage", self.zero_stage, ZERO_STAGES)
+        if self.strategy in DATA_PARALLEL_STRATEGIES:
             if not 0 <= self.rank < self.expected_peers:
                 raise ConfigError(
                     f"rank must be 0 .. expected_peers - 1 = {self.expected_peers - 1}", "rank", self.rank
@@ -446,9 +463,10 @@ def _to_bool(value: Any) -> bool:
     raise ValueError(value)
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def _choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
     if value not in choices:
-        raise ConfigError(f"unknown {name.replace('_', ' ')}, choose from {', '.join(choices)}", name, value)
+        allowed = ", ".join(map(str, choices))
+        raise ConfigError(f"unknown {name.replace('_', ' ')}, choose from {allowed}", name, value)
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
+from experiment.variables import DATA_PARALLEL_STRATEGIES
 from trainer.config import ConfigError
 
 if TYPE_CHECKING:
@@ -329,7 +330,7 @@ def build_loaders(config: RunConfig) -> tuple[DataLoader, DataLoader]:
         if workers > 0
         else {}
     )
-    if config.strategy in ("ddp", "zero"):
+    if config.strategy in DATA_PARALLEL_STRATEGIES:
         # each rank its own shard, reshuffled each pass (the loop restarts the iterator at a data epoch's end)
         if len(train) // config.expected_peers < config.batch_size:
             raise ConfigError(

@@ -48,8 +48,9 @@ class LoopLimits:
 class TrainingLoop:
     """Trains ``model`` with ``strategy``; measures and reports every step.
 
-    :param model: the classifier (in training mode)
-    :param strategy: supplies zero_grad/step/stop_reason (see trainer/strategies/base.py)
+    :param model: the module forward runs through (``strategy.training_module()``: the classifier, or the
+        strategy's wrapper of it)
+    :param strategy: supplies zero_grad/backward/step/stop_reason (see trainer/strategies/base.py)
     :param train_loader: yields (images, labels) batches; restarted at the end of each data epoch
     :param val_loader: validation batches (used when ``limits.eval_every`` > 0)
     :param limits: stop and evaluation settings
@@ -151,10 +152,12 @@ class TrainingLoop:
         loaded = clock()
         self.strategy.zero_grad()
         loss = self.loss_fn(self.model(images), labels)
-        loss.backward()
+        self.strategy.backward(loss)
         computed = clock()
         outcome = self.strategy.step(len(labels))
         finished = clock()
+        # collectives inside forward/backward (FSDP, DeepSpeed) are averaging, not compute
+        in_compute = outcome.averaging_in_compute_seconds
         self.step += 1
         timestamp = time.time()
         record = StepRecord(
@@ -162,8 +165,8 @@ class TrainingLoop:
             timestamp=timestamp,
             wall_seconds=timestamp - self.clock_origin,
             data_seconds=loaded - started,
-            compute_seconds=computed - loaded,
-            optimizer_seconds=finished - computed,
+            compute_seconds=computed - loaded - in_compute,
+            optimizer_seconds=finished - computed + in_compute,
             averaging_seconds=outcome.averaging_seconds,
             step_seconds=finished - started,
             samples=len(labels),
@@ -182,7 +185,7 @@ class TrainingLoop:
         """The same step with no timers and no reporting (the overhead benchmark's reference)."""
         images, labels = self.next_batch()
         self.strategy.zero_grad()
-        self.loss_fn(self.model(images), labels).backward()
+        self.strategy.backward(self.loss_fn(self.model(images), labels))
         self.strategy.step(len(labels))
         self.step += 1
 

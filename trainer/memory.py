@@ -3,8 +3,9 @@ parameters, their gradients and the optimizer's state take (issue #13: strategie
 
 ``summary.json`` → ``memory``: ``peak_rss_bytes`` (the kernel's high-water mark of the process), ``rss_bytes``
 (at the end of the loop), ``parameter_bytes``, ``gradient_bytes``, ``optimizer_state_bytes`` (what this
-process's optimizer keeps: all of it for baseline/ddp/hivemind, its shard for zero). steps.csv has
-``rss_bytes`` per step; the exporter's ``trainer_memory_bytes{kind}`` gauge the same kinds.
+process's optimizer keeps: all of it for baseline/ddp/hivemind, its shard for zero, fsdp and deepspeed; the
+parameters and gradients of this process: fsdp's shards, DeepSpeed's as its strategy counts them). steps.csv
+has ``rss_bytes`` per step; the exporter's ``trainer_memory_bytes{kind}`` gauge the same kinds.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def peak_rss_bytes() -> int:
 
 
 def tensor_bytes(tensors: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    """Bytes of the tensors this process holds: of a sharded tensor (FSDP's DTensor) its local shard."""
+    local = (t.to_local() if hasattr(t, "to_local") else t for t in tensors if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in local)
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:

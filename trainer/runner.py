@@ -137,7 +137,7 @@ class RunSession:
             self.telemetry.set_start_timestamp(self.barrier_release)
             log.info("start barrier released after %.1f s", self.start_wait)
             loop = TrainingLoop(
-                model=self.model,
+                model=strategy.training_module(),
                 strategy=strategy,
                 train_loader=self.train_loader,
                 val_loader=self.val_loader,
@@ -216,7 +216,8 @@ class RunSession:
 
     def _memory_profile(self, strategy: Any) -> dict[str, Any]:
         """summary.json's ``memory`` (trainer/memory.py), also set on the exporter's memory gauge."""
-        sizes = memory.model_bytes(self.model)
+        held = getattr(strategy, "held_bytes", None)  # what a strategy that shards its own way holds
+        sizes = held() if callable(held) else memory.model_bytes(self.model)
         local = getattr(strategy, "local_optimizer", None)
         optimizer = local() if callable(local) else None
         resident = memory.rss_bytes()

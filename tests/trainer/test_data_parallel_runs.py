@@ -56,7 +56,7 @@ def finish(processes: list[subprocess.Popen], timeout: float) -> list[int]:
     return codes
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero", "fsdp"])
 @pytest.mark.timeout(180)
 def test_two_ranks_train_the_same_model(tmp_path, strategy):
     processes = start_ranks(tmp_path, strategy, 2, "--max-steps", "40", "--averaging-timeout", "30")
@@ -75,7 +75,7 @@ def test_two_ranks_train_the_same_model(tmp_path, strategy):
         assert all(row["averaging_seconds"] > 0 for row in steps)  # every step all-reduced
         assert all(row["peers"] == 2 for row in steps)
         rounds = read_rounds(process.results)
-        kinds = {"gradients"} | ({"parameters"} if strategy == "zero" else set())
+        kinds = {"gradients"} | ({"parameters"} if strategy != "ddp" else set())
         assert {row["kind"] for row in rounds} == kinds
         assert len(rounds) == 40 * len(kinds) and all(row["outcome"] == "ok" for row in rounds)
         # the breakdown's averaging time is the all-reduce (and broadcast) the rounds record

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
-STRATEGY_NAMES = ("baseline", "hivemind", "ddp", "zero")
+STRATEGY_NAMES = ("baseline", "hivemind", "ddp", "zero", "fsdp", "deepspeed")
 
 
 def get_strategy(name: str) -> Strategy:
-    """A new strategy object by name; ``hivemind`` is imported only when asked for (importing it takes
-    seconds)."""
+    """A new strategy object by name; each is imported only when asked for (importing hivemind or deepspeed
+    takes seconds)."""
     if name == "baseline":
         from trainer.strategies.baseline import BaselineStrategy
 
@@ -25,4 +25,12 @@ def get_strategy(name: str) -> Strategy:
         from trainer.strategies.data_parallel import DataParallelStrategy
 
         return DataParallelStrategy(sharded=name == "zero")
+    if name == "fsdp":
+        from trainer.strategies.fsdp import FsdpStrategy
+
+        return FsdpStrategy()
+    if name == "deepspeed":
+        from trainer.strategies.deepspeed_zero import DeepSpeedStrategy
+
+        return DeepSpeedStrategy()
     raise ValueError(f"unknown strategy {name!r}, choose from {', '.join(STRATEGY_NAMES)}")

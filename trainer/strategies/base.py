@@ -2,7 +2,8 @@
 
 The loop (trainer/loop.py) owns data loading, forward and backward, timing, telemetry and results; a
 strategy owns only what differs between single-node and collaborative training: the optimizer step (with any
-averaging), the start barrier, the collective stop condition and shutdown.
+averaging), the module forward runs through and how backward starts, the start barrier, the collective stop
+condition and shutdown.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ class StepOutcome:
     :param hivemind_epoch: the collective epoch after this step (0 for the baseline)
     :param peers: live peers the strategy knows of, itself included (1 for the baseline)
     :param collective_samples: samples accumulated towards the target batch size (0 for the baseline)
+    :param averaging_in_compute_seconds: the part of ``averaging_seconds`` spent in collectives during the
+        step's forward and backward (FSDP's parameter all-gathers and gradient reduce-scatters, DeepSpeed's
+        reductions); the loop moves it from the step's compute time to its optimizer time, so compute is
+        computation only and the breakdown's parts still sum to the step
     """
 
     averaging_seconds: float = 0.0
     hivemind_epoch: int = 0
     peers: int = 1
     collective_samples: int = 0
+    averaging_in_compute_seconds: float = 0.0
 
 
 class RoundSink(Protocol):
@@ -53,6 +59,13 @@ class Strategy(Protocol):
 
     def wait_for_start(self) -> float:
         """Block until the run may start (start barrier); return the seconds waited. Raise TimeoutError."""
+
+    def training_module(self) -> torch.nn.Module:
+        """The module the loop calls forward on, once the start barrier passed: the model itself, or what the
+        strategy wrapped it in (DeepSpeed's engine)."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward from the loss (``loss.backward()``; DeepSpeed: its engine's backward)."""
 
     def zero_grad(self) -> None: ...
 

@@ -57,14 +57,24 @@ class BaselineStrategy:
     finishes_collectively = False
 
     def __init__(self) -> None:
+        self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self._steps = 0
 
     def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
+        self.model = model
         self.optimizer = build_optimizer(config.optimizer, model.parameters(), config.learning_rate)
 
     def wait_for_start(self) -> float:
         return 0.0
+
+    def training_module(self) -> torch.nn.Module:
+        if self.model is None:
+            raise RuntimeError("BaselineStrategy.setup(model, config, on_round) must be called first")
+        return self.model
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
 
     def _ready(self) -> torch.optim.Optimizer:
         if self.optimizer is None:

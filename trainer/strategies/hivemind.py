@@ -180,6 +180,14 @@ class HivemindStrategy:
 
     # ------------------------------------------------------------------ steps
 
+    def training_module(self) -> torch.nn.Module:
+        if self.model is None:
+            raise RuntimeError("HivemindStrategy.setup(model, config, on_round) must be called first")
+        return self.model
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
     def zero_grad(self) -> None:
         self._ready().zero_grad()
 

@@ -1,0 +1,197 @@
+"""What every strategy with one torch.distributed rank per host shares (``ddp``, ``zero``, ``fsdp``,
+``deepspeed``): the rendezvous that is the start barrier, timeouts, the collective stop, the rounds it
+reports and a clean exit.
+
+Rank 0 hosts the rendezvous (``--rendezvous HOST:PORT``, ``--rank``, ``--expected-peers`` is the world size);
+the rendezvous is bounded by ``--start-timeout``, every collective after it by ``--averaging-timeout`` (in
+this peer's seconds, trainer/dilation.py): a rank that died makes the others fail their next collective
+within it (exit reason ``error``, results kept). There is no elastic restart.
+
+The run stops collectively: every step carries a stop flag in a collective (``ddp``/``zero`` in the gradient
+all-reduce, the others in a one-element all-reduce of their own), so all ranks stop at the same step (at max
+steps, or one step after the first rank reached the target loss).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from experiment.results import RoundRecord
+from trainer.dilation import dilated
+from trainer.strategies.baseline import parameters_fingerprint
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from trainer.strategies.base import RoundSink
+
+log = logging.getLogger(__name__)
+
+#: exit reasons every rank reaches at the same step: a last collective (gathering sharded parameters for the
+#: fingerprint) is safe after them, and only after them
+AGREED_EXITS = ("max_steps", "target_loss", "collective_finish")
+
+
+class CollectiveStrategy:
+    """One rank of a synchronous run (see the module docstring); subclasses build the optimizer in
+    :meth:`_after_rendezvous` and define :meth:`step`."""
+
+    finishes_collectively = True
+    name = "collective"
+
+    def __init__(self) -> None:
+        self.config: RunConfig | None = None
+        self.model: torch.nn.Module | None = None
+        self.optimizer: Any = None
+        self.group: Any = None
+        self._on_round: RoundSink | None = None
+        self._steps = 0
+        self._own_reason: str | None = None
+        self._stop_agreed = False
+        self._stop_reason: str | None = None
+        self._details: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ setup and start
+
+    def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
+        self.model, self.config, self._on_round = model, config, on_round
+        self._details.update(rank=config.rank, world_size=config.expected_peers, rendezvous=config.rendezvous)
+
+    def wait_for_start(self) -> float:
+        """The rendezvous at rank 0 (the start barrier), then the same initial parameters on every rank and
+        the strategy's own preparation."""
+        import torch.distributed as dist
+
+        config, model = self._config(), self._model()
+        started = time.monotonic()
+        try:
+            dist.init_process_group(
+                "gloo",
+                init_method=f"tcp://{config.rendezvous}",
+                rank=config.rank,
+                world_size=config.expected_peers,
+                timeout=datetime.timedelta(seconds=config.start_timeout),
+            )
+        except (RuntimeError, ValueError) as exc:  # the store's connect timeout, refused rendezvous
+            raise TimeoutError(
+                f"rendezvous at {config.rendezvous} did not complete within {config.start_timeout:g}s "
+                f"(rank {config.rank} of {config.expected_peers}): {str(exc).splitlines()[0]}"
+            ) from exc
+        ranks = list(range(config.expected_peers))
+        self.group = dist.new_group(ranks, timeout=self.collective_timeout())
+        with torch.no_grad():
+            for parameter in model.parameters():
+                dist.broadcast(parameter.data, src=0, group=self.group)
+        self._after_rendezvous()
+        dist.barrier(group=self.group)
+        waited = time.monotonic() - started
+        log.info(
+            "rendezvous complete: rank %d of %d after %.1f s", config.rank, config.expected_peers, waited
+        )
+        return waited
+
+    def collective_timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=dilated(self._config()).averaging_timeout)
+
+    def _after_rendezvous(self) -> None:
+        """Build the optimizer (and wrap the model) once every rank holds the same parameters."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def training_module(self) -> torch.nn.Module:
+        """The module the loop calls forward on (the model itself, sharded in place by FSDP)."""
+        return self._model()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def zero_grad(self) -> None:
+        self._ready().zero_grad(set_to_none=False)
+
+    def _wants_stop(self) -> bool:
+        return self._own_reason is not None or self._steps + 1 >= self._config().max_steps
+
+    def _agree_on_stop(self) -> float:
+        """A one-element all-reduce of the stop flag (for strategies whose step has no all-reduce of its own
+        to carry it); returns its seconds."""
+        import torch.distributed as dist
+
+        flag = torch.tensor([float(self._wants_stop())])
+        started = time.perf_counter()
+        dist.all_reduce(flag, group=self.group)
+        self._stop_agreed = self._stop_agreed or bool(flag[0] > 0)
+        return time.perf_counter() - started
+
+    def _report(self, kind: str, seconds: float) -> None:
+        if self._on_round is None:
+            return
+        self._on_round(
+            RoundRecord(
+                timestamp=time.time(),
+                epoch=self._steps,
+                kind=kind,
+                outcome="ok",
+                group_size=self._config().expected_peers,
+                matchmaking_seconds=0.0,
+                allreduce_seconds=seconds,
+                blocking_seconds=seconds,
+                received_share=1.0,  # a collective of every rank: it returns all of the result or fails
+            )
+        )
+
+    # ------------------------------------------------------------------ the collective finish
+
+    def request_stop(self, reason: str) -> None:
+        if self._own_reason is None:
+            self._own_reason = reason
+
+    def stop_reason(self) -> str | None:
+        if self._stop_reason is None and self._stop_agreed:
+            self._stop_reason = self._own_reason or "collective_finish"
+        return self._stop_reason
+
+    def finish(self, exit_reason: str) -> None:
+        import torch.distributed as dist
+
+        if self.optimizer is not None:
+            self._details.update(self._fingerprint(exit_reason))
+        if dist.is_initialized():
+            # after an error another rank may never come: no barrier, just leave
+            dist.destroy_process_group()
+        self._details["exit_reason"] = exit_reason
+
+    def _fingerprint(self, exit_reason: str) -> dict[str, Any]:
+        """The final parameters (trainer/strategies/baseline.py); sharding strategies gather them first, which
+        is a collective: only after an exit every rank agreed on."""
+        return parameters_fingerprint(self._model())
+
+    def summary_details(self) -> dict[str, Any]:
+        return dict(self._details)
+
+    def local_optimizer(self) -> torch.optim.Optimizer | None:
+        return self.optimizer
+
+    def process_roles(self) -> dict[int, str]:
+        return {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _config(self) -> RunConfig:
+        if self.config is None:
+            raise RuntimeError(f"{self.name}: setup(model, config, on_round) must be called first")
+        return self.config
+
+    def _model(self) -> torch.nn.Module:
+        if self.model is None:
+            raise RuntimeError(f"{self.name}: setup(model, config, on_round) must be called first")
+        return self.model
+
+    def _ready(self) -> Any:
+        if self.optimizer is None:
+            raise RuntimeError(f"{self.name}: wait_for_start() must complete first")
+        return self.optimizer
