@@ -140,7 +140,9 @@ host)']
     if time_dilation != 1:
         faults = [_dilated(fault, time_dilation) for fault in faults]
     if specs and strategy == "baseline":
-        errors.append("faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero)")
+        errors.append(
+            "faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero, ...)"
+        )
     for fault in faults:
         end = fault["at_seconds"] + (fault["duration_seconds"] or 0.0)
         if end >= float(run_timeout):

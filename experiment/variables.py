@@ -24,6 +24,7 @@ STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "fsdp", "deepspeed", "solo"
 #: the strategies that run one torch.distributed rank per host (gloo): the data_parallel_peer role
 DATA_PARALLEL_STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed")
 ZERO_STAGES = (1, 2, 3)
+DEFAULT_ZERO_STAGE = 2
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")

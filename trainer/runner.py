@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from experiment.results import ResultsWriter, RoundRecord, prepare_run_dir
-from trainer import cpu_usage, memory
+from trainer import cpu_usage, memory, netcounters
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
@@ -56,6 +56,8 @@ class RunSession:
         self.exit_detail: str | None = None
         self.cpu_at_release: cpu_usage.CpuSnapshot | None = None
         self.cpu_at_loop_end: cpu_usage.CpuSnapshot | None = None
+        self.net_at_release: netcounters.NetCounters | None = None  # bytes on the wire (summary's network)
+        self.net_at_loop_end: netcounters.NetCounters | None = None
         self.process_roles: dict[int, str] = {}  # the strategy's own processes (cpu_received's split)
         self.loop_end: float | None = None  # Unix time the training loop ended (the finish follows)
         self.memory: dict[str, Any] | None = None  # measured at the loop's end
@@ -130,6 +132,7 @@ class RunSession:
             self.barrier_release = time.time()
             self.process_roles = strategy.process_roles()
             self.cpu_at_release = cpu_usage.snapshot(self.process_roles)
+            self.net_at_release = netcounters.snapshot()
             self.signals.interrupting = False
             if self.writer is None or self.telemetry is None:
                 raise RuntimeError("RunSession.prepare() must run before execute()")
@@ -153,6 +156,7 @@ class RunSession:
             self.loop_end = time.time()
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
             self.cpu_at_loop_end = cpu_usage.snapshot(self.process_roles)
+            self.net_at_loop_end = netcounters.snapshot()
             self.memory = self._memory_profile(strategy)
             evaluate_at_end(loop, exit_reason, config.eval_every)
             exit_code = EXIT_OK
@@ -208,6 +212,11 @@ class RunSession:
                 "exit_detail": self.exit_detail,
                 "cpu_received": self._cpu_received(),
                 "memory": self.memory,
+                "network": netcounters.traffic(
+                    self.net_at_release,
+                    self.net_at_loop_end or netcounters.snapshot(),
+                    self.stats.samples,
+                ),
                 **({"strategy_details": details} if details else {}),
             },
         )

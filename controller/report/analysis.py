@@ -92,6 +92,7 @@ def analyse(
     analysis.tables["averaging"] = _averaging(analysis)
     analysis.tables["effects"] = _effects(analysis, rows)
     analysis.tables["strategies"] = _strategies(analysis, rows)
+    analysis.tables["memory"] = _memory(analysis)
     analysis.tables["network"] = _network(analysis, rows)
     analysis.tables["diagnosis"] = diagnosis_table(analysis)
     analysis.tables["prediction"] = prediction_table(analysis, rows)
@@ -166,7 +167,7 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         table.append(
             {
                 "experiment_id": e.experiment_id,
-                "strategy": e.strategy,
+                "strategy": e.strategy_label(),
                 "setting": e.label(),
                 "peers": e.peer_count,
                 "samples_per_second": rows[e.experiment_id]["samples_per_second"],
@@ -175,6 +176,7 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 "efficiency": speedup / e.peer_count if speedup is not None else None,
                 "time_to_target_speedup": None if e.is_baseline else targets[e.experiment_id]["speedup"],
                 "communication_share": shares[e.experiment_id]["averaging_share"],
+                "sent_bytes_per_sample": sent_bytes_per_sample(e),
                 "peak_rss_mb_max": max(peak) / 1e6 if peak else None,
                 "optimizer_state_mb_max": max(state) / 1e6 if state else None,
             }
@@ -187,14 +189,55 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
             "efficiency",
             "time_to_target_speedup",
             "communication_share",
+            "sent_bytes_per_sample",
             "peak_rss_mb_max",
         ),
         "optimizer_state_mb_max",
     )
     title = (
-        "Strategies side by side: speedup S = X_N / X_1 and efficiency S / N against the baselines, memory"
+        "Strategies side by side: speedup S = X_N / X_1 and efficiency S / N against the baselines, "
+        "bytes sent per sample, memory"
     )
     return _table("strategies", title, table, columns)
+
+
+def sent_bytes_per_sample(e: Experiment) -> float | None:
+    """Bytes all peers sent (their interfaces' counters, summary.json ``network``) over the samples they
+    trained; None when a peer has no count."""
+    counts = [peer.summary.get("network") for peer in e.peers]
+    if not counts or any(not count for count in counts):
+        return None
+    samples = sum(peer.summary.get("samples") or 0 for peer in e.peers)
+    return sum(count["sent_bytes"] for count in counts) / samples if samples else None
+
+
+MEMORY_KINDS = ("parameter", "gradient", "optimizer_state")
+
+
+def _memory(analysis: Analysis) -> Table:
+    """What one rank (peer) holds, per run: parameters, gradients and optimizer state (the largest of its
+    peers: shards can differ by a few bytes of padding) and the peak resident set size, beside the same of
+    the run's baselines (summary.json ``memory``)."""
+    table = []
+    for e in analysis.experiments:
+        profiles = [peer.summary.get("memory") or {} for peer in e.peers]
+        if e.is_noise_floor or not profiles or not all(profiles):
+            continue
+        row: dict[str, Any] = {
+            "experiment_id": e.experiment_id,
+            "strategy": e.strategy_label(),
+            "peers": e.peer_count,
+            "model": e.settings.get("model"),
+            "optimizer": e.settings.get("optimizer"),
+        }
+        for kind in MEMORY_KINDS:
+            values = [p.get(f"{kind}_bytes") for p in profiles]
+            row[f"{kind}_mb"] = max(values) / 1e6 if all(v is not None for v in values) else None
+        row["peak_rss_mb"] = max(p.get("peak_rss_bytes") or 0 for p in profiles) / 1e6
+        table.append(row)
+    table.sort(key=lambda row: (str(row["model"]), str(row["optimizer"]), row["peers"], row["strategy"]))
+    title = "Memory per rank: parameters, gradients and optimizer state held, and the peak RSS"
+    return _table("memory", title, table)
 
 
 def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:

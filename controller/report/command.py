@@ -194,6 +194,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _section(analysis, "time_to_target"),
         _section(analysis, "strategies"),
+        _section(analysis, "memory"),
         "## Repeats, intervals and verdicts",
         "",
         *(f"- {line}" for line in verdict_lines(analysis.tables["comparisons"], analysis.tables["repeats"])),

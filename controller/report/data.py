@@ -30,6 +30,7 @@ from experiment.results import (
     read_steps,
     read_summary,
 )
+from experiment.variables import DATA_PARALLEL_STRATEGIES, DEFAULT_ZERO_STAGE
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
 SETTING_KEYS = (
@@ -110,13 +111,21 @@ class Experiment:
         """Hivemind runs are compared with the baselines that share model, data, batch size and LR."""
         return tuple(self.settings.get(key) for key in ("model", "dataset", "batch_size", "learning_rate"))
 
+    def strategy_label(self) -> str:
+        """The strategy, with DeepSpeed's ZeRO stage (``deepspeed-z2``): each stage is a strategy of its own
+        in every comparison."""
+        if self.strategy == "deepspeed":
+            stage = self.settings.get("zero_stage") or DEFAULT_ZERO_STAGE
+            return f"deepspeed-z{stage}"
+        return str(self.strategy)
+
     def label(self) -> str:
         """A short human label of the setting (without the id)."""
         s = self.settings
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}{self._data_label()}"
-        if self.strategy in ("ddp", "zero", "solo"):
-            return f"{self.strategy} {self.peer_count}p bs{s.get('batch_size')}"
+        if self.strategy in (*DATA_PARALLEL_STRATEGIES, "solo"):
+            return f"{self.strategy_label()} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
         return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"

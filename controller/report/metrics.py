@@ -16,8 +16,12 @@ Definitions (also printed in report.md):
   target; **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per
   vCPU.
 - **strategies**: per run, its throughput over the median of its baselines' (same model, data, batch size
-  and LR) is the throughput speedup S, S / peers the efficiency; memory: the largest peak RSS and
-  optimizer-state bytes of any of its peers (summary.json ``memory``).
+  and LR) is the throughput speedup S, S / peers the efficiency; **bytes sent per sample**: what all its
+  peers' network interfaces sent from the start barrier's release to the loop's end (summary.json
+  ``network``) over the samples they trained; memory: the largest peak RSS and optimizer-state bytes of
+  any of its peers (summary.json ``memory``).
+- **memory per rank**: the largest parameter, gradient and optimizer-state bytes any peer of a run holds
+  (a sharding strategy's shard; DeepSpeed's also counts its fp32 partition copies), and its peak RSS.
 - **step-time breakdown**: sums over every step of every peer of data, compute, averaging, the
   optimizer's own time (optimizer − averaging) and the rest (step − data − compute − optimizer); shares
   of the summed step time.

@@ -41,7 +41,12 @@ def test_the_docs_table_is_generated_from_the_definition():
 
 def test_every_setting_handed_to_the_trainer_is_a_trainer_flag():
     fields = {field.name for field in dataclasses.fields(RunConfig)}
-    handed = {*variables.TRAINER_FIELDS, *variables.HIVEMIND_FIELDS, *variables.DATA_PARALLEL_FIELDS}
+    handed = {
+        *variables.TRAINER_FIELDS,
+        *variables.HIVEMIND_FIELDS,
+        *variables.DATA_PARALLEL_FIELDS,
+        *variables.DEEPSPEED_FIELDS,
+    }
     assert handed <= fields, handed - fields
     # and the trainer accepts exactly the values the playbook does
     for name in ("strategy", "model", "dataset", "optimizer", "preprocessing"):
@@ -53,7 +58,12 @@ def test_names_are_unique_and_kinds_known():
     for variable in variables.VARIABLES:
         kinds = ("int", "int0", "float", "float0", "bool", "str", "dilation")
         assert isinstance(variable.kind, tuple) or variable.kind in kinds, variable
-        assert variable.meaning and set(variable.trainers) <= {"all", "hivemind", "data_parallel"}
+        assert variable.meaning and set(variable.trainers) <= {
+            "all",
+            "hivemind",
+            "data_parallel",
+            "deepspeed",
+        }
 
 
 def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):

@@ -23,7 +23,15 @@ def _load_validation():
     [
         ({"peers": 0}, "peers must be >= 1 (got 0)"),
         ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
-        ({"strategy": "ring"}, "strategy must be one of hivemind|baseline|ddp|zero|solo (got 'ring')"),
+        (
+            {"strategy": "ring"},
+            "strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|solo (got 'ring')",
+        ),
+        ({"strategy": "deepspeed", "peers": 2, "zero_stage": 4}, "zero_stage must be one of 1, 2, 3 (got 4)"),
+        (
+            {"strategy": "ddp", "peers": 2, "zero_stage": 2},
+            "zero_stage needs strategy deepspeed (got strategy=ddp)",
+        ),
         ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
         ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
         ({"dataset": "imagenet"}, "dataset must be one of"),

@@ -56,10 +56,13 @@ def finish(processes: list[subprocess.Popen], timeout: float) -> list[int]:
     return codes
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero", "fsdp"])
+@pytest.mark.parametrize(
+    "strategy, extra",
+    [("ddp", ()), ("zero", ()), ("fsdp", ()), *(("deepspeed", ("--zero-stage", str(s))) for s in (1, 2, 3))],
+)
 @pytest.mark.timeout(180)
-def test_two_ranks_train_the_same_model(tmp_path, strategy):
-    processes = start_ranks(tmp_path, strategy, 2, "--max-steps", "40", "--averaging-timeout", "30")
+def test_two_ranks_train_the_same_model(tmp_path, strategy, extra):
+    processes = start_ranks(tmp_path, strategy, 2, "--max-steps", "40", "--averaging-timeout", "30", *extra)
     codes = finish(processes, 150)
     assert codes == [0, 0], [p.log_path.read_text()[-2000:] for p in processes]
     summaries = [read_summary(p.results) for p in processes]

@@ -80,6 +80,12 @@ BAD_INPUTS = [
     (["--strategy", "horovod"], "strategy=horovod"),
     (["--strategy", "ddp", "--expected-peers", "2", "--rank", "2"], "rank=2"),
     (["--strategy", "zero", "--rendezvous", "10.0.0.1"], "rendezvous=10.0.0.1"),
+    (["--strategy", "fsdp", "--rendezvous", "10.0.0.1"], "rendezvous=10.0.0.1"),
+    (
+        ["--strategy", "deepspeed", "--zero-stage", "4"],
+        "unknown zero stage, choose from 1, 2, 3 (zero_stage=4)",
+    ),
+    (["--strategy", "ddp", "--zero-stage", "2"], "only strategy deepspeed has ZeRO stages (zero_stage=2)"),
     (["--optimizer", "lamb"], "optimizer=lamb"),
     (["--target-batch-size", "0"], "target_batch_size=0"),
     (["--dataset", "cifar10"], "data_root=None"),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from experiment.variables import DATA_PARALLEL_STRATEGIES
+
 if TYPE_CHECKING:
     from trainer.strategies.base import Strategy
 
-STRATEGY_NAMES = ("baseline", "hivemind", "ddp", "zero", "fsdp", "deepspeed")
+STRATEGY_NAMES = ("baseline", "hivemind", *DATA_PARALLEL_STRATEGIES)
 
 
 def get_strategy(name: str) -> Strategy:
