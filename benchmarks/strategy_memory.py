@@ -1,12 +1,14 @@
-"""Memory per peer of the data-parallel strategies as the ranks grow (issue #13): DDP keeps the whole
-optimizer state on every rank, ZeRO stage 1 (``ZeroRedundancyOptimizer``) only its shard. Measured, not
+"""Memory per peer of the data-parallel strategies as the ranks grow (issues #13, #27, #34): DDP keeps
+everything on every rank, ZeRO stage 1 (``zero``, ``deepspeed-z1``) shards the optimizer state, stage 2
+(``deepspeed-z2``) the gradients too, stage 3 (``fsdp``, ``deepspeed-z3``) the parameters too. Measured, not
 computed: each rank is a ``trainer run`` process (gloo on 127.0.0.1), and its ``summary.json`` → ``memory``
-reports the bytes its own optimizer holds after the last step, its peak RSS and its parameters.
+reports the parameter, gradient and optimizer-state bytes it holds and its peak RSS.
 
     python benchmarks/strategy_memory.py --model resnet18 --optimizer adam --ranks 2,4 --out results/memory
 
 Prints one row per strategy and rank count: optimizer state per rank (smallest, largest), its sum over the
-ranks, and the largest rank's share of DDP's per-rank state at the same rank count. The results directories
+ranks, the largest rank's share of DDP's per-rank state at the same rank count, and the largest rank's
+parameters, gradients and peak RSS. The results directories
 are ordinary experiment results (`trainer report OUT` puts them side by side).
 """
 
@@ -22,7 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bare_peers import free_port, start, stop_all, trainer_command, wait_all  # noqa: E402
 from experiment.results import read_summary  # noqa: E402
 
-STRATEGIES = ("ddp", "zero")
+STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3")
+
+
+def strategy_flags(strategy: str) -> list[str]:
+    """``deepspeed-zN`` → the deepspeed strategy at stage N; the others are strategies of their own.
+
+    >>> strategy_flags("deepspeed-z3"), strategy_flags("fsdp")
+    (['--strategy', 'deepspeed', '--zero-stage', '3'], ['--strategy', 'fsdp'])
+    """
+    name, _, stage = strategy.partition("-z")
+    return ["--strategy", name, *(["--zero-stage", stage] if stage else [])]
 
 
 def run_ranks(args: argparse.Namespace, strategy: str, world: int) -> list[dict[str, Any]] | None:
@@ -33,7 +45,7 @@ def run_ranks(args: argparse.Namespace, strategy: str, world: int) -> list[dict[
     for rank in range(world):
         peer = f"peer-{rank + 1:02d}"
         command = trainer_command(
-            "--strategy", strategy, "--model", args.model, "--dataset", "synthetic",
+            *strategy_flags(strategy), "--model", args.model, "--dataset", "synthetic",
             "--optimizer", args.optimizer, "--batch-size", str(args.batch_size), "--learning-rate", "0.001",
             "--max-steps", str(args.steps), "--vcpus", "1", "--metrics-port", "-1", "--overwrite",
             "--expected-peers", str(world), "--rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
@@ -57,8 +69,8 @@ def table(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> list[str]:
     """Markdown rows: per strategy and ranks, optimizer state per rank (MB), its sum and share of DDP's."""
     lines = [
         "| strategy | ranks | optimizer state per rank MB (min–max) | sum over ranks MB | largest / DDP's "
-        "| parameters MB | peak RSS per rank MB (max) |",
-        "|---|---|---|---|---|---|---|",
+        "| parameters MB (max) | gradients MB (max) | peak RSS per rank MB (max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (strategy, world), memory in sorted(measured.items(), key=lambda item: (item[0][1], item[0][0])):
         state = [m["optimizer_state_bytes"] for m in memory]
@@ -67,7 +79,9 @@ def table(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> list[str]:
         low, high, summed = min(state) / 1e6, max(state) / 1e6, sum(state) / 1e6
         lines.append(
             f"| {strategy} | {world} | {low:.1f}–{high:.1f} | {summed:.1f} "
-            f"| {'–' if share is None else f'{share:.2f}'} | {memory[0]['parameter_bytes'] / 1e6:.1f} "
+            f"| {'–' if share is None else f'{share:.2f}'} "
+            f"| {max(m['parameter_bytes'] for m in memory) / 1e6:.1f} "
+            f"| {max(m['gradient_bytes'] for m in memory) / 1e6:.1f} "
             f"| {max(m['peak_rss_bytes'] for m in memory) / 1e6:.0f} |"
         )
     return lines
