@@ -110,11 +110,19 @@ def experiment_id(settings: dict[str, Any], repeat: int) -> str:
 
     >>> experiment_id({"strategy": "baseline", "peers": 1, "batch_size": 32, "learning_rate": 0.01}, 2)
     'baseline-p1-bs32-lr0p01-6f0ceda4-r2'
+    >>> experiment_id({"strategy": "deepspeed", "zero_stage": 3, "peers": 2}, 1)
+    'deepspeed-z3-p2-d946c36b-r1'
     """
     canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
     parts = [settings.get("strategy", "hivemind")]
-    labels = {"peers": "p", "batch_size": "bs", "learning_rate": "lr", "target_batch_size": "tbs"}
+    labels = {
+        "zero_stage": "z",
+        "peers": "p",
+        "batch_size": "bs",
+        "learning_rate": "lr",
+        "target_batch_size": "tbs",
+    }
     for key, label in labels.items():
         if key in settings:
             value = settings[key]

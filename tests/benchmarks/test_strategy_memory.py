@@ -32,7 +32,7 @@ def test_zero_keeps_a_shard_of_what_ddp_keeps_per_rank(tmp_path):
     # the shards add up to one rank's whole state (Adam's two moments of every parameter)
     assert float(rows["zero"][4]) == pytest.approx(float(rows["ddp"][4]) / 2, abs=0.2)
     assert (tmp_path / "zero-smallcnn-r2" / "peer-02" / "summary.json").exists()
-    # FSDP shards parameters, gradients and optimizer state: the ranks' shards add up to DDP's one rank (Adam's
+    # FSDP shards parameters, gradients and optimizer state: the shards add up to DDP's one rank (Adam's
     # step counter, 4 bytes per parameter tensor, is on every rank: "approx")
     memory = {
         strategy: [
