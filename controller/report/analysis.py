@@ -207,7 +207,7 @@ def sent_bytes_per_sample(e: Experiment) -> float | None:
     counts = [peer.summary.get("network") for peer in e.peers]
     if not counts or any(not count for count in counts):
         return None
-    samples = sum(peer.summary.get("samples") or 0 for peer in e.peers)
+    samples = total([row for peer in e.peers for row in peer.steps], "samples")
     return sum(count["sent_bytes"] for count in counts) / samples if samples else None
 
 

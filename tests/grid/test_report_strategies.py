@@ -72,3 +72,35 @@ def test_report_draws_every_strategy(tmp_path):
     report = write_report(analyse(experiments, target_loss=None, bandwidth=None), tmp_path, tmp_path)
     assert "`strategies.csv`" in report.read_text()
     assert (tmp_path / "effect_peers.png").stat().st_size > 0
+
+
+def test_bytes_per_sample_and_memory_per_rank_with_each_zero_stage():
+    """Issues 27 and 34: bytes sent per sample from the peers' interface counts, the memory each rank holds,
+    and DeepSpeed's stages as strategies of their own."""
+    experiments = [
+        _experiment("base", "baseline", 1, 0.1, 0.0, 4000),
+        _experiment("fsdp-2", "fsdp", 2, 0.125, 0.025, 2000),
+        _experiment("ds-z3", "deepspeed", 2, 0.16, 0.06, 2000),
+        _experiment("ds-default", "deepspeed", 2, 0.16, 0.06, 2000),
+    ]
+    experiments[2].settings["zero_stage"] = 3
+    for i, peer in enumerate(experiments[1].peers):  # 10 steps of 32 samples each
+        peer.summary["network"] = {"sent_bytes": 32000 * (i + 1), "received_bytes": 1}
+        peer.summary["memory"] = {
+            "peak_rss_bytes": 600e6 + i,
+            "parameter_bytes": 1e6 - i,
+            "gradient_bytes": 1e6,
+            "optimizer_state_bytes": 2e6,
+        }
+    tables = analyse(experiments, target_loss=None, bandwidth=None).tables
+    rows = {r["experiment_id"]: r for r in tables["strategies"].rows}
+    assert rows["fsdp-2"]["sent_bytes_per_sample"] == pytest.approx((32000 + 64000) / 640)
+    assert rows["ds-z3"]["sent_bytes_per_sample"] is None  # no interface counts: no figure
+    assert [rows[n]["strategy"] for n in ("ds-z3", "ds-default")] == ["deepspeed-z3", "deepspeed-z2"]
+    memory = {r["experiment_id"]: r for r in tables["memory"].rows}
+    assert set(memory) == {"base", "fsdp-2", "ds-z3", "ds-default"}
+    assert memory["fsdp-2"]["parameter_mb"] == pytest.approx(1.0)  # the largest rank's
+    assert memory["fsdp-2"]["optimizer_state_mb"] == pytest.approx(2.0)
+    assert memory["fsdp-2"]["peak_rss_mb"] == pytest.approx(600.000001)
+    assert memory["ds-z3"]["gradient_mb"] is None  # a summary without the figure
+    assert memory["ds-z3"]["strategy"] == "deepspeed-z3"

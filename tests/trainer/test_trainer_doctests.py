@@ -20,6 +20,12 @@ MODULES = [
     "trainer.imagefolder",
     "trainer.cpuprobe",
     "trainer.calibrate",
+    "trainer.netcounters",
+    "trainer.memory",
+    "trainer.strategies.fsdp",
+    "trainer.strategies.deepspeed_zero",
+    "controller.grid.spec",
+    "benchmarks.strategy_memory",
 ]
 
 
