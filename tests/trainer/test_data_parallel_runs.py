@@ -13,7 +13,7 @@ from statistics import mean
 import pytest
 from trainer_testing import REPO, trainer_command, trainer_env
 
-from experiment.results import read_rounds, read_steps, read_summary
+from experiment.results import read_evals, read_rounds, read_steps, read_summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -85,6 +85,37 @@ def test_two_ranks_train_the_same_model(tmp_path, strategy, extra):
         assert sum(r["averaging_seconds"] for r in steps) == pytest.approx(
             sum(r["allreduce_seconds"] for r in rounds), rel=1e-6
         )
+
+
+@pytest.mark.timeout(300)
+def test_sharding_trains_the_same_model_as_ddp(tmp_path):
+    """FSDP and DeepSpeed's ZeRO-3 compute what DDP computes (the same averaged gradients, the same SGD
+    step), only sharded: after 10 steps from the same start their parameters match DDP's, and so do their
+    evaluations (a sharded model gathers its parameters for them)."""
+    every = ("--max-steps", "10", "--eval-every", "5", "--eval-batches", "2")
+    runs = {
+        name: start_ranks(tmp_path / name, strategy, 2, *every, *extra)
+        for name, strategy, extra in (
+            ("ddp", "ddp", ()),
+            ("fsdp", "fsdp", ()),
+            ("deepspeed-z3", "deepspeed", ("--zero-stage", "3")),
+        )
+    }
+    finals = {}
+    for name, ranks in runs.items():
+        assert finish(ranks, 200) == [0, 0], [p.log_path.read_text()[-2000:] for p in ranks]
+        finals[name] = read_summary(ranks[0].results)["strategy_details"]
+    for name in ("fsdp", "deepspeed-z3"):
+        assert finals[name]["final_params_sample"] == pytest.approx(
+            finals["ddp"]["final_params_sample"], abs=1e-5
+        )
+        assert finals[name]["final_params_norm"] == pytest.approx(
+            finals["ddp"]["final_params_norm"], rel=1e-5
+        )
+        evals = [read_evals(ranks[0].results) for ranks in (runs["ddp"], runs[name])]
+        assert [row["step"] for row in evals[1]] == [5, 10]
+        losses = [[row["val_loss"] for row in rows] for rows in evals]
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4)
 
 
 @pytest.mark.timeout(300)
