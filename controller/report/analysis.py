@@ -503,7 +503,7 @@ def _effects(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         for e in subset:
             level = e.peer_count if factor == "peers" else e.settings.get(factor)
             if level is not None:
-                levels[level, e.strategy].append(e)
+                levels[level, e.strategy_label()].append(e)
         references: dict[tuple[str, str], tuple[Any, list[float]]] = {}
         for level, strategy in sorted(levels, key=lambda key: (str(type(key[0])), key[0], key[1])):
             for metric in EFFECT_METRICS:

@@ -28,8 +28,21 @@ STRATEGY_COLOURS = {
     "hivemind": "#dd8452",
     "ddp": "#4c72b0",
     "zero": "#8172b2",
+    "fsdp": "#937860",
+    "deepspeed": "#da8bc3",
     "solo": "#55a868",
 }
+
+
+def strategy_colour(strategy: str) -> str:
+    """A strategy's colour; DeepSpeed's stages (``deepspeed-z2``) share DeepSpeed's.
+
+    >>> strategy_colour("deepspeed-z3") == STRATEGY_COLOURS["deepspeed"]
+    True
+    """
+    return STRATEGY_COLOURS.get(strategy.partition("-z")[0], "#999999")
+
+
 PART_COLOURS = {
     "data": "#4c72b0",
     "compute": "#55a868",
@@ -293,7 +306,7 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
                 values = row["points"]
                 plotted += values
                 xs = [position + 0.05 * ((i % 5) - 2) for i in range(len(values))]
-                axis.scatter(xs, values, s=14, alpha=0.7, color=STRATEGY_COLOURS[row["strategy"]])
+                axis.scatter(xs, values, s=14, alpha=0.7, color=strategy_colour(row["strategy"]))
                 if row["median"] is not None:
                     axis.hlines(row["median"], position - 0.15, position + 0.15, color="black")
                 if row["ci_low"] is not None:  # the 95 % interval of the mean (from 2 repeats)

@@ -66,6 +66,8 @@ def test_report_draws_every_strategy(tmp_path):
         _experiment("base", "baseline", 1, 0.1, 0.0, 4000),
         _experiment("ddp-2", "ddp", 2, 0.125, 0.025, 4000),
         _experiment("zero-2", "zero", 2, 0.16, 0.06, 2000),
+        _experiment("fsdp-2", "fsdp", 2, 0.16, 0.06, 2000),
+        _experiment("ds-2", "deepspeed", 2, 0.16, 0.06, 2000),
     ]
     from controller.report.command import write_report
 

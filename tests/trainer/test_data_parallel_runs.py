@@ -143,8 +143,9 @@ def test_zero_keeps_a_shard_of_the_optimizer_state(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_a_killed_rank_ends_the_run_for_the_others(tmp_path):
-    processes = start_ranks(tmp_path, "ddp", 2, "--max-steps", "100000", "--averaging-timeout", "10")
+@pytest.mark.parametrize("strategy", ["ddp", "deepspeed"])  # DeepSpeed's collectives: on the default group
+def test_a_killed_rank_ends_the_run_for_the_others(tmp_path, strategy):
+    processes = start_ranks(tmp_path, strategy, 2, "--max-steps", "100000", "--averaging-timeout", "10")
     survivor, victim = processes
     deadline = time.monotonic() + 90
     while len(read_steps(survivor.results)) < 20:

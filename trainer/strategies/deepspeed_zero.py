@@ -53,6 +53,7 @@ def deepspeed_config(
         "gradient_accumulation_steps": 1,
         "optimizer": spec,
         "zero_optimization": {"stage": zero_stage, "overlap_comm": False},
+        "gradient_clipping": 0.0,  # none, as in every other strategy (set: DeepSpeed's default clips)
         # ZeRO is tested by DeepSpeed with its Adam variants only; torch's SGD works the same way in it
         "zero_allow_untested_optimizer": True,
         # times every collective (blocking: overlap_comm is off); read and reset every step

@@ -27,6 +27,7 @@ import torch
 # the interface of FSDP's custom collectives (documented at set_custom_all_gather, not re-exported)
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
+from trainer import memory
 from trainer.strategies.base import StepOutcome
 from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
 from trainer.strategies.collective import AGREED_EXITS, CollectiveStrategy
@@ -98,6 +99,7 @@ class FsdpStrategy(CollectiveStrategy):
     def __init__(self) -> None:
         super().__init__()
         self.clock = CollectiveClock()
+        self.units: list[Any] = []  # the FSDP modules, the root last
 
     def _after_rendezvous(self) -> None:
         from torch.distributed.device_mesh import DeviceMesh
@@ -109,7 +111,8 @@ class FsdpStrategy(CollectiveStrategy):
         for unit in units:
             fully_shard(unit, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        for unit in [*units, model]:
+        self.units = [*units, model]
+        for unit in self.units:
             unit.set_custom_all_gather(TimedAllGather(self.clock))
             unit.set_custom_reduce_scatter(TimedReduceScatter(self.clock))
         self._details["fsdp_units"] = [*shard_units(model), "root"]
@@ -133,10 +136,22 @@ class FsdpStrategy(CollectiveStrategy):
             averaging_in_compute_seconds=in_compute,
         )
 
+    def _resharded(self) -> torch.nn.Module:
+        """The model with every unit sharded: a forward without backward (an evaluation) leaves the root
+        unit's parameters gathered (FSDP keeps the root unsharded after forward)."""
+        for unit in self.units:
+            unit.reshard()
+        return self._model()
+
+    def held_bytes(self) -> dict[str, int]:
+        """The parameters and gradients this rank holds: its shards."""
+        return memory.model_bytes(self._resharded())
+
     def _fingerprint(self, exit_reason: str) -> dict[str, Any]:
         """The full parameters, gathered from the shards (every rank, after an agreed exit only)."""
         if exit_reason not in AGREED_EXITS:
             return {}
+        self._resharded()
         full = torch.nn.Module()
         tensors = [p.full_tensor() for p in self._model().parameters()]
         full.values = torch.nn.ParameterList(torch.nn.Parameter(t, requires_grad=False) for t in tensors)
