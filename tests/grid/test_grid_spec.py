@@ -325,11 +325,17 @@ def test_network_grid_is_link_rate_by_peers():
     assert len({run.experiment_id for run in runs}) == len(runs)
 
 
-def test_strategies_grid_puts_four_strategies_side_by_side():
+def test_strategies_grid_puts_every_strategy_side_by_side():
     runs = study_runs(load_grid(REPO / "grids" / "strategies.yml"))
-    assert {(run.strategy, run.settings["peers"]) for run in runs} == {("baseline", 1)} | {
-        (strategy, peers) for strategy in ("hivemind", "ddp", "zero") for peers in (2, 4)
+    strategies = ("hivemind", "ddp", "zero", "fsdp", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3")
+    named = {
+        (
+            run.strategy + (f"-z{run.settings['zero_stage']}" if "zero_stage" in run.settings else ""),
+            run.settings["peers"],
+        )
+        for run in runs
     }
+    assert named == {("baseline", 1)} | {(strategy, peers) for strategy in strategies for peers in (2, 4)}
     for run in runs:  # every experiment processes the same samples
         assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400
 
