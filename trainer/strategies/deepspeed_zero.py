@@ -28,7 +28,7 @@ import torch
 from experiment.variables import DEFAULT_ZERO_STAGE
 from trainer.memory import tensor_bytes
 from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import parameters_fingerprint
+from trainer.strategies.baseline import optimizer_spec, parameters_fingerprint
 from trainer.strategies.collective import AGREED_EXITS, CollectiveStrategy
 
 
@@ -41,13 +41,11 @@ def deepspeed_config(
     >>> config["train_micro_batch_size_per_gpu"], config["optimizer"], config["zero_optimization"]["stage"]
     (32, {'type': 'Adam', 'params': {'lr': 0.001, 'torch_adam': True, 'adam_w_mode': False}}, 3)
     """
-    if optimizer == "sgd":
-        spec = {"type": "SGD", "params": {"lr": learning_rate, "momentum": 0.9}}
-    elif optimizer == "adam":
-        # torch.optim.Adam, as the other strategies use (DeepSpeed's default would be its own AdamW)
-        spec = {"type": "Adam", "params": {"lr": learning_rate, "torch_adam": True, "adam_w_mode": False}}
-    else:
-        raise ValueError(f"unknown optimizer {optimizer!r}, choose from sgd, adam")
+    optimizer_class, options = optimizer_spec(optimizer, learning_rate)  # the other strategies' optimizer
+    if optimizer_class is torch.optim.Adam:
+        # torch.optim.Adam itself (DeepSpeed's "Adam" is otherwise its own AdamW)
+        options = {**options, "torch_adam": True, "adam_w_mode": False}
+    spec = {"type": optimizer_class.__name__, "params": options}
     return {
         "train_micro_batch_size_per_gpu": batch_size,
         "gradient_accumulation_steps": 1,
