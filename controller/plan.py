@@ -21,6 +21,7 @@ from experiment.variables import (
     DATA_PARALLEL_STRATEGIES,
     DEEPSPEED_FIELDS,
     DILATION_WORDS,
+    DILOCO_FIELDS,
     HIVEMIND_FIELDS,
     TRAINER_FIELDS,
     ZERO_STAGES,
@@ -157,7 +158,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     ([], ['peer-01', 'peer-02'], 0.875)
     >>> for error in testbed_experiment({"peers": "0", "strategy": "ring"}, inv)["errors"]:
     ...     print(error)
-    strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|solo (got 'ring')
+    strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|diloco|solo (got 'ring')
     peers must be >= 1 (got 0)
     >>> testbed_experiment({"peers": "3"}, inv)["errors"]
     ['peers=3 but the inventory has only 2 hosts in group peers']
@@ -190,6 +191,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             errors.append(f"zero_stage must be one of {stages} (got {settings['zero_stage']})")
     elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
         errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
+    lighthouse_host = _lighthouse_host(settings, inventory, invalid, errors)
     if settings["cpu_probe_seconds"] > MAX_CPU_PROBE_SECONDS:
         too_long = settings["cpu_probe_seconds"]
         errors.append(f"cpu_probe_seconds must be at most {MAX_CPU_PROBE_SECONDS} (got {too_long})")
@@ -353,6 +355,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         trainer_settings.update(
             {name: settings[name] for name in DEEPSPEED_FIELDS if settings[name] is not None}
         )
+    if settings["strategy"] == "diloco":
+        given = {name: settings[name] for name in DILOCO_FIELDS if settings[name] is not None}
+        trainer_settings.update(given)
 
     return {
         "errors": errors,
@@ -361,12 +366,52 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "experiment_id": experiment_id,
         "hosts": hosts,
         "dht_host": dht_host if not errors else None,
+        "lighthouse_host": lighthouse_host if not errors else None,
         "plan": plan,
         "time_dilation": dilation,
         "compute": compute if not errors else None,
         "local_rate_needed": local_rate_needed if not errors else None,
         "trainer_settings": trainer_settings,
     }
+
+
+def _lighthouse_host(
+    settings: dict[str, Any], inventory: dict[str, Any], invalid: set[str], errors: list[str]
+) -> str | None:
+    """The host of torchft's Lighthouse (the first monitor host) for a DiLoCo run; DiLoCo's settings are
+    refused with any other strategy.
+
+    >>> inv = {"monitors": ["monitor"]}
+    >>> errors = []
+    >>> _lighthouse_host({"strategy": "diloco", "sync_every": 10, "max_steps": 100}, inv, set(), errors)
+    'monitor'
+    >>> _lighthouse_host({"strategy": "diloco", "sync_every": 200, "max_steps": 100}, {}, set(), errors)
+    >>> errors
+    ['sync_every=200 exceeds max_steps=100: the peers would never sync', \
+"strategy=diloco needs torchft's Lighthouse on a host in group monitor, and the inventory has none"]
+    """
+    strategy = settings["strategy"]
+    if strategy != "diloco":
+        for name in DILOCO_FIELDS:
+            if settings.get(name) is not None:
+                errors.append(f"{name} needs strategy diloco (got strategy={strategy})")
+        return None
+    sync_every = settings.get("sync_every")
+    if sync_every is not None and "max_steps" not in invalid and sync_every > settings["max_steps"]:
+        errors.append(
+            f"sync_every={sync_every} exceeds max_steps={settings['max_steps']}: the peers would never sync"
+        )
+    momentum = settings.get("outer_momentum")
+    if momentum is not None and momentum >= 1:
+        errors.append(f"outer_momentum must be below 1 (got {momentum:g})")
+    monitors = list(inventory.get("monitors") or [])
+    if not monitors:
+        errors.append(
+            "strategy=diloco needs torchft's Lighthouse on a host in group monitor, and the inventory "
+            "has none"
+        )
+        return None
+    return monitors[0]
 
 
 def _calibrated_compute(

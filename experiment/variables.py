@@ -20,11 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "fsdp", "deepspeed", "solo")
-#: the strategies that run one torch.distributed rank per host (gloo): the data_parallel_peer role
-DATA_PARALLEL_STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed")
+STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "fsdp", "deepspeed", "diloco", "solo")
+#: the strategies that run one rank per host over gloo, started at rank 0's rendezvous, each rank on its own
+#: shard of the data: the data_parallel_peer role (diloco: one torchft replica per host after it)
+DATA_PARALLEL_STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed", "diloco")
 ZERO_STAGES = (1, 2, 3)
 DEFAULT_ZERO_STAGE = 2
+#: DiLoCo's defaults: inner steps between syncs (H), the outer Nesterov SGD's learning rate and momentum (the
+#: paper's outer optimizer: arXiv 2311.08105, section 3)
+DEFAULT_SYNC_EVERY = 100
+DEFAULT_OUTER_LEARNING_RATE = 0.7
+DEFAULT_OUTER_MOMENTUM = 0.9
 MODELS = ("resnet18", "smallcnn")
 DATASETS = ("fashion-mnist", "synthetic", "cifar10", "imagefolder")
 STORAGES = ("cephfs", "local", "nfs")
@@ -35,7 +41,8 @@ DHT_BOOTSTRAPS = ("peer", "monitor")
 DILATION_WORDS = ("auto", "off")
 
 # which trainers get a variable as the flag of the same name
-ALL_TRAINERS, HIVEMIND, DATA_PARALLEL, DEEPSPEED = "all", "hivemind", "data_parallel", "deepspeed"
+ALL_TRAINERS, HIVEMIND, DATA_PARALLEL = "all", "hivemind", "data_parallel"
+DEEPSPEED, DILOCO = "deepspeed", "diloco"
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ VARIABLES: tuple[Variable, ...] = (
         "averaging_timeout",
         "float",
         60.0,
-        "seconds a round (DDP/ZeRO/FSDP/DeepSpeed: a collective) may take",
+        "seconds a round (DDP/ZeRO/FSDP/DeepSpeed: a collective; DiLoCo: a sync's all-reduce) may take",
         (HIVEMIND, DATA_PARALLEL),
     ),
     Variable(
@@ -94,6 +101,27 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         "DeepSpeed: ZeRO stage 1, 2 or 3 (default 2; only with strategy=deepspeed)",
         (DEEPSPEED,),
+    ),
+    Variable(
+        "sync_every",
+        "int",
+        None,
+        f"DiLoCo: inner steps between syncs, H (default {DEFAULT_SYNC_EVERY}; only with strategy=diloco)",
+        (DILOCO,),
+    ),
+    Variable(
+        "outer_learning_rate",
+        "float",
+        None,
+        f"DiLoCo: the outer Nesterov SGD's learning rate (default {DEFAULT_OUTER_LEARNING_RATE})",
+        (DILOCO,),
+    ),
+    Variable(
+        "outer_momentum",
+        "float0",
+        None,
+        f"DiLoCo: the outer Nesterov SGD's momentum, below 1 (default {DEFAULT_OUTER_MOMENTUM})",
+        (DILOCO,),
     ),
     Variable(
         "dht_bootstrap", DHT_BOOTSTRAPS, "peer", "Hivemind: the first peer or a DHT-only node on the monitor"
@@ -175,12 +203,13 @@ def _for(trainer: str) -> tuple[str, ...]:
     return tuple(variable.name for variable in VARIABLES if trainer in variable.trainers)
 
 
-#: settings handed to every trainer, to Hivemind peers, to the data-parallel ranks, to DeepSpeed's only
-#: (RunConfig field names)
+#: settings handed to every trainer, to Hivemind peers, to the data-parallel ranks, to DeepSpeed's and to
+#: DiLoCo's only (RunConfig field names)
 TRAINER_FIELDS = _for(ALL_TRAINERS)
 HIVEMIND_FIELDS = _for(HIVEMIND)
 DATA_PARALLEL_FIELDS = _for(DATA_PARALLEL)
 DEEPSPEED_FIELDS = _for(DEEPSPEED)
+DILOCO_FIELDS = _for(DILOCO)
 
 
 # ------------------------------------------------------------------------------------------------ the docs
@@ -203,8 +232,9 @@ def markdown_table() -> str:
         names = {
             ALL_TRAINERS: "every strategy",
             HIVEMIND: "Hivemind",
-            DATA_PARALLEL: "DDP/ZeRO/FSDP/DeepSpeed",
+            DATA_PARALLEL: "DDP/ZeRO/FSDP/DeepSpeed/DiLoCo",
             DEEPSPEED: "DeepSpeed",
+            DILOCO: "DiLoCo",
         }
         flag = ", ".join(names[trainer] for trainer in variable.trainers) or "–"
         grid = " (set by `trainer grid`)" if variable.set_by_grid else ""

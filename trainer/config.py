@@ -25,6 +25,7 @@ import yaml
 from experiment.variables import (
     DATA_PARALLEL_STRATEGIES,
     DATASETS,
+    DILOCO_FIELDS,
     MODELS,
     OPTIMIZERS,
     PREPROCESSING,
@@ -130,6 +131,10 @@ class RunConfig:
         cluster address)
     :param zero_stage: DeepSpeed: the ZeRO stage, 1 (optimizer state sharded), 2 (and gradients) or 3 (and
         parameters); None: 2. Refused with any other strategy
+    :param sync_every: DiLoCo: inner steps between syncs (H); None: experiment.variables.DEFAULT_SYNC_EVERY
+    :param outer_learning_rate: DiLoCo: the outer Nesterov SGD's learning rate; None: the default (0.7)
+    :param outer_momentum: DiLoCo: the outer Nesterov SGD's momentum (0 <= m < 1); None: the default (0.9)
+    :param lighthouse: DiLoCo: ``HOST:PORT`` of torchft's Lighthouse (the monitor host's cluster address)
     :param config: the YAML/JSON file these settings were read from (informational)
     :param overwrite: replace a finished run in ``results_dir`` instead of refusing
 
@@ -198,6 +203,18 @@ class RunConfig:
         default="127.0.0.1:29500", metadata=_opt("data parallel: rank 0's HOST:PORT", metavar="HOST:PORT")
     )
     zero_stage: int | None = field(default=None, metadata=_opt("DeepSpeed: ZeRO stage 1 | 2 | 3 (default 2)"))
+    sync_every: int | None = field(
+        default=None, metadata=_opt("DiLoCo: inner steps between syncs, H (default 100)", metavar="H")
+    )
+    outer_learning_rate: float | None = field(
+        default=None, metadata=_opt("DiLoCo: outer Nesterov SGD learning rate (default 0.7)")
+    )
+    outer_momentum: float | None = field(
+        default=None, metadata=_opt("DiLoCo: outer Nesterov SGD momentum (default 0.9)")
+    )
+    lighthouse: str | None = field(
+        default=None, metadata=_opt("DiLoCo: torchft Lighthouse HOST:PORT", metavar="HOST:PORT")
+    )
     config: str | None = field(default=None, metadata=_opt("YAML/JSON settings file", metavar="FILE"))
     overwrite: bool = field(default=False, metadata=_opt("replace a finished run in the results dir"))
 
@@ -316,6 +333,7 @@ class RunConfig:
             if self.strategy != "deepspeed":
                 raise ConfigError("only strategy deepspeed has ZeRO stages", "zero_stage", self.zero_stage)
             _choice("zero_stage", self.zero_stage, ZERO_STAGES)
+        self._check_diloco()
         if self.strategy in DATA_PARALLEL_STRATEGIES:
             if not 0 <= self.rank < self.expected_peers:
                 raise ConfigError(
@@ -328,6 +346,31 @@ class RunConfig:
             self._check_data_root()
         return self
 
+    def _check_diloco(self) -> None:
+        given = [name for name in DILOCO_FIELDS if getattr(self, name) is not None]
+        if self.strategy != "diloco":
+            if given or self.lighthouse is not None:
+                name = (given or ["lighthouse"])[0]
+                raise ConfigError("only strategy diloco has this setting", name, getattr(self, name))
+            return
+        if self.sync_every is not None:
+            _at_least("sync_every", self.sync_every, 1)
+            if self.sync_every > self.max_steps:
+                raise ConfigError(
+                    f"more than max_steps = {self.max_steps}: the peers would never sync",
+                    "sync_every",
+                    self.sync_every,
+                )
+        if self.outer_learning_rate is not None and not (
+            math.isfinite(self.outer_learning_rate) and self.outer_learning_rate > 0
+        ):
+            raise ConfigError("must be a positive number", "outer_learning_rate", self.outer_learning_rate)
+        if self.outer_momentum is not None and not 0 <= self.outer_momentum < 1:
+            raise ConfigError("must be >= 0 and below 1", "outer_momentum", self.outer_momentum)
+        if not self.lighthouse:
+            raise ConfigError("strategy diloco needs the Lighthouse's HOST:PORT", "lighthouse", None)
+        check_rendezvous(self.lighthouse, field_name="lighthouse")
+
     def _check_data_root(self) -> None:
         if self.dataset == "synthetic":
             return
@@ -338,7 +381,7 @@ class RunConfig:
             raise ConfigError(f"data root not found: {root}", "data_root", root)
 
 
-def check_rendezvous(address: str) -> None:
+def check_rendezvous(address: str, *, field_name: str = "rendezvous") -> None:
     """``HOST:PORT`` with an IPv4 address or host name and a port 1..65535.
 
     >>> check_rendezvous("10.0.0.1:29500")
@@ -349,7 +392,7 @@ def check_rendezvous(address: str) -> None:
     """
     host, _, port = (address or "").rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) <= 65535 or not _HOSTNAME.match(host):
-        raise ConfigError("rendezvous must be HOST:PORT", "rendezvous", address)
+        raise ConfigError(f"{field_name} must be HOST:PORT", field_name, address)
 
 
 def check_multiaddr(address: str, *, field_name: str, require_peer_id: bool) -> None:

@@ -235,9 +235,9 @@ class RunSession:
             "rss_bytes": resident,
             "parameter_bytes": sizes["parameters"],
             "gradient_bytes": sizes["gradients"],
-            "optimizer_state_bytes": memory.optimizer_state_bytes(optimizer)
-            if optimizer is not None
-            else None,
+            # a strategy with more than one optimizer (DiLoCo's inner and outer) counts their state itself
+            "optimizer_state_bytes": sizes.get("optimizer_state")
+            or (memory.optimizer_state_bytes(optimizer) if optimizer is not None else None),
         }
         if self.telemetry is not None:
             self.telemetry.observe_memory(

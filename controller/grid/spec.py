@@ -112,12 +112,15 @@ def experiment_id(settings: dict[str, Any], repeat: int) -> str:
     'baseline-p1-bs32-lr0p01-6f0ceda4-r2'
     >>> experiment_id({"strategy": "deepspeed", "zero_stage": 3, "peers": 2}, 1)
     'deepspeed-z3-p2-d946c36b-r1'
+    >>> experiment_id({"strategy": "diloco", "sync_every": 50, "peers": 2}, 1)
+    'diloco-h50-p2-4c203cc8-r1'
     """
     canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
     parts = [settings.get("strategy", "hivemind")]
     labels = {
         "zero_stage": "z",
+        "sync_every": "h",
         "peers": "p",
         "batch_size": "bs",
         "learning_rate": "lr",

@@ -30,7 +30,7 @@ from experiment.results import (
     read_steps,
     read_summary,
 )
-from experiment.variables import DATA_PARALLEL_STRATEGIES, DEFAULT_ZERO_STAGE
+from experiment.variables import DATA_PARALLEL_STRATEGIES, DEFAULT_SYNC_EVERY, DEFAULT_ZERO_STAGE
 
 #: settings the report groups and labels experiments by (experiment playbook variable names)
 SETTING_KEYS = (
@@ -124,6 +124,9 @@ class Experiment:
         s = self.settings
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}{self._data_label()}"
+        if self.strategy == "diloco":  # H, the inner steps between syncs, is what sets its communication
+            every = s.get("sync_every") or DEFAULT_SYNC_EVERY
+            return f"diloco {self.peer_count}p bs{s.get('batch_size')} H{every}"
         if self.strategy in (*DATA_PARALLEL_STRATEGIES, "solo"):
             return f"{self.strategy_label()} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")

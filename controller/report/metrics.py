@@ -60,8 +60,9 @@ from typing import TYPE_CHECKING, Any
 from controller.report.data import Experiment
 from experiment.results import LOSS_WINDOW
 
-#: strategies whose ranks' parameter bytes are not the model's size (shards, fp32 partition copies)
-PARTITIONING_STRATEGIES = ("fsdp", "deepspeed")
+#: strategies whose ranks' parameter bytes are not the model's size (shards, fp32 partition copies,
+#: DiLoCo's copy of the parameters at the last sync)
+PARTITIONING_STRATEGIES = ("fsdp", "deepspeed", "diloco")
 
 if TYPE_CHECKING:
     from controller.calibration import Calibration
@@ -254,8 +255,8 @@ def target_for(
 def model_bytes(experiments: Iterable[Experiment]) -> dict[str, int]:
     """Per model: its parameters in bytes as the trainer measured them (summary.json
     ``memory.parameter_bytes``, the largest of any peer), from the strategies whose ranks hold the model
-    whole and only it (not FSDP's or DeepSpeed's: shards, partition copies). Models no such finished peer
-    measured are left out; their bandwidth bound is then unknown."""
+    whole and only it (not FSDP's, DeepSpeed's or DiLoCo's: shards, partition copies, a second copy). Models
+    no such finished peer measured are left out; their bandwidth bound is then unknown."""
     sizes: dict[str, int] = {}
     for experiment in experiments:
         model = experiment.settings.get("model")

@@ -30,6 +30,7 @@ STRATEGY_COLOURS = {
     "zero": "#8172b2",
     "fsdp": "#937860",
     "deepspeed": "#da8bc3",
+    "diloco": "#c44e52",
     "solo": "#55a868",
 }
 

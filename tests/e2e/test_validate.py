@@ -25,12 +25,16 @@ def _load_validation():
         ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
         (
             {"strategy": "ring"},
-            "strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|solo (got 'ring')",
+            "strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|diloco|solo (got 'ring')",
         ),
         ({"strategy": "deepspeed", "peers": 2, "zero_stage": 4}, "zero_stage must be one of 1, 2, 3 (got 4)"),
         (
             {"strategy": "ddp", "peers": 2, "zero_stage": 2},
             "zero_stage needs strategy deepspeed (got strategy=ddp)",
+        ),
+        (
+            {"strategy": "diloco", "peers": 2, "sync_every": 0, "outer_learning_rate": "fast"},
+            ["sync_every must be >= 1 (got 0)", "outer_learning_rate must be a number (got 'fast')"],
         ),
         ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
         ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
@@ -193,6 +197,29 @@ def test_bad_link_settings_are_refused(raw, per_host, extra, message):
                 hostvars[host][name] = raw[name]
     errors = validation.testbed_experiment({"peers": "2", **raw}, inventory)["errors"]
     assert any(message in error for error in errors), errors
+
+
+def test_diloco_needs_a_lighthouse_host_and_its_own_settings():
+    """strategy=diloco puts torchft's Lighthouse on the first monitor host and refuses to run without one;
+    DiLoCo's settings reach its trainers only, and are refused with another strategy."""
+    validation = _load_validation()
+    inventory = {**_local_inventory(2), "monitors": ["monitor"]}
+    raw = {"peers": "2", "strategy": "diloco", "sync_every": "25", "outer_learning_rate": "0.5"}
+    result = validation.testbed_experiment(raw, inventory)
+    assert result["errors"] == [] and result["lighthouse_host"] == "monitor"
+    assert result["trainer_settings"]["sync_every"] == 25
+    assert result["trainer_settings"]["outer_learning_rate"] == 0.5
+    assert "outer_momentum" not in result["trainer_settings"]  # the trainer's default
+    errors = validation.testbed_experiment(raw, _local_inventory(2))["errors"]
+    assert errors == [
+        "strategy=diloco needs torchft's Lighthouse on a host in group monitor, and the inventory has none"
+    ]
+    too_rare = validation.testbed_experiment({**raw, "max_steps": "20"}, inventory)["errors"]
+    assert too_rare == ["sync_every=25 exceeds max_steps=20: the peers would never sync"]
+    momentum = validation.testbed_experiment({**raw, "outer_momentum": "1"}, inventory)["errors"]
+    assert momentum == ["outer_momentum must be below 1 (got 1)"]
+    other = validation.testbed_experiment({"peers": "2", "strategy": "ddp", "sync_every": "25"}, inventory)
+    assert other["errors"] == ["sync_every needs strategy diloco (got strategy=ddp)"]
 
 
 def test_a_dht_node_on_the_monitor_host_needs_one():

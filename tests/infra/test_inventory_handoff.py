@@ -23,6 +23,7 @@ PORTS = {
     "grafana_port": 3000,
     "data_parallel_port": 29500,
     "netprobe_port": 5201,
+    "lighthouse_port": 29510,
 }
 
 # A root configuration shaped like infra/envs/example's output, with the addresses the cluster module assigns

@@ -24,9 +24,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_ranks(tmp_path: Path, strategy: str, world: int, *extra: str, ranks=None) -> list[subprocess.Popen]:
+def start_ranks(
+    tmp_path: Path, strategy: str, world: int, *extra: str, ranks=None, port=None
+) -> list[subprocess.Popen]:
+    """The ranks (default all of them) of one run; ``port``: the rendezvous's (default a free one)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     processes = []
     for rank in ranks if ranks is not None else range(world):
         results = tmp_path / f"peer-{rank + 1:02d}"

@@ -35,4 +35,8 @@ def get_strategy(name: str) -> Strategy:
         from trainer.strategies.deepspeed_zero import DeepSpeedStrategy
 
         return DeepSpeedStrategy()
+    if name == "diloco":
+        from trainer.strategies.diloco import DiLoCoStrategy
+
+        return DiLoCoStrategy()
     raise ValueError(f"unknown strategy {name!r}, choose from {', '.join(STRATEGY_NAMES)}")

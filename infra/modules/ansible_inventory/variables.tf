@@ -88,6 +88,7 @@ variable "ports" {
     grafana         = optional(number, 3000)
     data_parallel   = optional(number, 29500)
     netprobe        = optional(number, 5201)
+    lighthouse      = optional(number, 29510)
   })
   default  = {}
   nullable = false

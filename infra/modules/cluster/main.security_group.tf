@@ -1,6 +1,6 @@
 # One security group for every VM. OpenNebula drops what no rule allows once a group applies, so:
 # SSH only from admin_cidrs; Hivemind/p2p, trainer metrics, node_exporter, Prometheus, Grafana, the DDP/ZeRO
-# rendezvous, the bandwidth probe, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from
+# rendezvous, torchft's Lighthouse (DiLoCo), the bandwidth probe, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from
 # inside cluster_cidr; all outbound traffic (package installs, pip). Role cluster_firewall opens the same list on
 # every host (tests/infra/test_port_list.py keeps the two the same).
 
@@ -15,6 +15,7 @@ locals {
     grafana         = var.ports.grafana
     data_parallel   = var.ports.data_parallel
     netprobe        = var.ports.netprobe
+    lighthouse      = var.ports.lighthouse
     gloo_pairs      = var.gloo_ports
   }
 

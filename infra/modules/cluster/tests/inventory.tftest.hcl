@@ -61,6 +61,7 @@ run "eight_peers" {
       grafana_port         = 3000
       data_parallel_port   = 29500
       netprobe_port        = 5201
+      lighthouse_port      = 29510
       gloo_ports           = "32768:60999"
       testbed_admin_cidrs  = ["192.0.2.0/28"]
     }
