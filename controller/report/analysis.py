@@ -202,13 +202,11 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
 
 
 def sent_bytes_per_sample(e: Experiment) -> float | None:
-    """Bytes all peers sent (their interfaces' counters, summary.json ``network``) over the samples they
-    trained; None when a peer has no count."""
-    counts = [peer.summary.get("network") for peer in e.peers]
-    if not counts or any(not count for count in counts):
-        return None
-    samples = total([row for peer in e.peers for row in peer.steps], "samples")
-    return sum(count["sent_bytes"] for count in counts) / samples if samples else None
+    """Bytes the peers sent (their interfaces' counters, summary.json ``network``) over the samples they
+    trained, of the peers that counted them (a killed peer wrote no count); None when none did."""
+    counted = [peer for peer in e.peers if peer.summary.get("network")]
+    samples = total([row for peer in counted for row in peer.steps], "samples")
+    return sum(peer.summary["network"]["sent_bytes"] for peer in counted) / samples if samples else None
 
 
 MEMORY_KINDS = ("parameter", "gradient", "optimizer_state")

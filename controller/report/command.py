@@ -15,6 +15,7 @@ import argparse
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
@@ -136,13 +137,14 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     faults = report_plots.fault_plots(analysis, out)
 
     experiments = analysis.experiments
-    baselines = sum(e.is_baseline for e in experiments)
+    by_strategy = Counter("baseline" if e.is_baseline else e.strategy_label() for e in experiments)
     incomplete = [e.experiment_id for e in experiments if not e.complete]
     lines = [
         "# Bottleneck report",
         "",
-        f"Results: `{results_dir}` · {len(experiments)} experiments ({baselines} baseline, "
-        f"{len(experiments) - baselines} Hivemind) · generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"Results: `{results_dir}` · {len(experiments)} experiments "
+        f"({', '.join(f'{count} {name}' for name, count in sorted(by_strategy.items()))}) · "
+        f"generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         "",
         *noise_floor_lines(analysis.tables["noise_floor"]),
         "",

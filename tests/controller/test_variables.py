@@ -63,42 +63,43 @@ def test_names_are_unique_and_kinds_known():
             "hivemind",
             "data_parallel",
             "deepspeed",
+            "diloco",
         }
 
 
 def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):
-    """One new entry (here a DiLoCo-like `sync_every`) and nothing else: the playbook's validation checks it
+    """One new entry (here a Hivemind `warmup_steps`) and nothing else: the playbook's validation checks it
     and hands it to Hivemind peers, the grid accepts and checks it, the typo check knows it, and the docs
     table is stale until regenerated."""
     source = Path(variables.__file__).read_text()
-    entry = 'Variable("sync_every", "int", 4, "inner steps between outer steps", (HIVEMIND,))'
+    entry = 'Variable("warmup_steps", "int", 4, "steps before the first averaging", (HIVEMIND,))'
     added = source.replace("\nBY_NAME", f"\nVARIABLES = (*VARIABLES, {entry})\nBY_NAME", 1)
     assert added != source
     definition = types.ModuleType("experiment.variables")
     definition.__file__ = variables.__file__
     exec(compile(added, variables.__file__, "exec"), definition.__dict__)  # noqa: S102 - our own source
 
-    before = _fresh(NAMES, "names_before_sync_every")
+    before = _fresh(NAMES, "names_before_warmup_steps")
     monkeypatch.setitem(sys.modules, "experiment.variables", definition)
 
-    playbook = _fresh(PLAN, "plan_with_sync_every")
-    assert "sync_every" in playbook.testbed_variable_names()
-    refused = playbook.testbed_experiment({"peers": "2", "sync_every": "0"}, INVENTORY)
-    assert "sync_every must be >= 1 (got 0)" in refused["errors"]
-    planned = playbook.testbed_experiment({"peers": "2", "sync_every": "6"}, INVENTORY)
-    assert planned["errors"] == [] and planned["settings"]["sync_every"] == 6
-    assert planned["trainer_settings"]["sync_every"] == 6
-    assert playbook.testbed_experiment({"peers": "2"}, INVENTORY)["settings"]["sync_every"] == 4
+    playbook = _fresh(PLAN, "plan_with_warmup_steps")
+    assert "warmup_steps" in playbook.testbed_variable_names()
+    refused = playbook.testbed_experiment({"peers": "2", "warmup_steps": "0"}, INVENTORY)
+    assert "warmup_steps must be >= 1 (got 0)" in refused["errors"]
+    planned = playbook.testbed_experiment({"peers": "2", "warmup_steps": "6"}, INVENTORY)
+    assert planned["errors"] == [] and planned["settings"]["warmup_steps"] == 6
+    assert planned["trainer_settings"]["warmup_steps"] == 6
+    assert playbook.testbed_experiment({"peers": "2"}, INVENTORY)["settings"]["warmup_steps"] == 4
 
-    grid = _fresh(GRID_VARS, "grid_vars_with_sync_every")
-    assert grid.check_var("sync_every", 3) == 3
+    grid = _fresh(GRID_VARS, "grid_vars_with_warmup_steps")
+    assert grid.check_var("warmup_steps", 3) == 3
     with pytest.raises(grid.VarError):
-        grid.check_var("sync_every", 0)
-    assert "sync_every" in grid.PLAYBOOK_VARS
+        grid.check_var("warmup_steps", 0)
+    assert "warmup_steps" in grid.PLAYBOOK_VARS
 
-    (refused_name,) = before.testbed_unknown_variables(["sync_every"])
-    assert refused_name.startswith("unknown variable 'sync_every'")
-    assert _fresh(NAMES, "names_with_sync_every").testbed_unknown_variables(["sync_every"]) == []
+    (refused_name,) = before.testbed_unknown_variables(["warmup_steps"])
+    assert refused_name.startswith("unknown variable 'warmup_steps'")
+    assert _fresh(NAMES, "names_with_warmup_steps").testbed_unknown_variables(["warmup_steps"]) == []
 
     docs = variables.DOCS.read_text()
-    assert "`sync_every`" in definition.docs_with_table(docs) and "`sync_every`" not in docs
+    assert "`warmup_steps`" in definition.docs_with_table(docs) and "`warmup_steps`" not in docs

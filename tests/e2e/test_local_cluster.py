@@ -379,7 +379,7 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
         assert udp == 100, (address, ports)
 
 
-@pytest.mark.parametrize("strategy, stage", [("zero", None), ("fsdp", None), ("deepspeed", 3)])
+@pytest.mark.parametrize("strategy, stage", [("fsdp", None), ("deepspeed", 3)])
 def test_a_sharding_strategy_on_two_peers(tmp_path, strategy, stage):
     """Issues 13, 27, 34: a ZeRO-1, FSDP or DeepSpeed ZeRO-3 run (one rank per container, gloo over the
     cluster network) works like a Hivemind run: complete, the same parameters on both ranks, each rank

@@ -24,6 +24,7 @@ MODULES = [
     "trainer.memory",
     "trainer.strategies.fsdp",
     "trainer.strategies.deepspeed_zero",
+    "trainer.strategies.diloco",
     "controller.grid.spec",
     "benchmarks.strategy_memory",
 ]
