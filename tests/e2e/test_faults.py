@@ -147,7 +147,7 @@ DILOCO = {
     "cpu_probe_seconds": 0,
     "strategy": "diloco",
     "peers": 3,
-    "max_steps": 1500,
+    "max_steps": 900,
     "sync_every": 50,
     "averaging_timeout": 15,
     "start_timeout": START_TIMEOUT,
