@@ -328,13 +328,15 @@ def test_network_grid_is_link_rate_by_peers():
 def test_strategies_grid_puts_every_strategy_side_by_side():
     runs = study_runs(load_grid(REPO / "grids" / "strategies.yml"))
     strategies = ("hivemind", "ddp", "zero", "fsdp", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3")
-    named = {
-        (
-            run.strategy + (f"-z{run.settings['zero_stage']}" if "zero_stage" in run.settings else ""),
-            run.settings["peers"],
+    strategies += ("diloco-h5", "diloco-h25")
+
+    def name(run):
+        variant = {"zero_stage": "-z", "sync_every": "-h"}
+        return run.strategy + "".join(
+            f"{mark}{run.settings[key]}" for key, mark in variant.items() if key in run.settings
         )
-        for run in runs
-    }
+
+    named = {(name(run), run.settings["peers"]) for run in runs}
     assert named == {("baseline", 1)} | {(strategy, peers) for strategy in strategies for peers in (2, 4)}
     for run in runs:  # every experiment processes the same samples
         assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 6400
