@@ -166,7 +166,8 @@ def test_a_diloco_run_survives_a_killed_replica(tmp_path):
     (kill,) = experiment["faults"]
     assert kill["status"] == "applied" and abs(kill["applied_seconds"] - 6) < 2, kill
     # the Lighthouse ran on the monitor host, bound to its cluster address, and its log came back
-    lighthouse = (results / "lighthouse-monitor" / "lighthouse.log").read_text()
+    assert experiment["lighthouse"]["host"] == "monitor", experiment["lighthouse"]
+    lighthouse = (results / experiment["lighthouse"]["log"]).read_text()
     assert "Lighthouse listening on" in lighthouse and "Received quorum request" in lighthouse
 
     survivors = [read_json(results / peer / "summary.json") for peer in ("peer-01", "peer-02")]
@@ -175,6 +176,7 @@ def test_a_diloco_run_survives_a_killed_replica(tmp_path):
     assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
     network_prefix = experiment["hosts"]["peer-01"]["address"].rsplit(".", 1)[0]
     assert details[0]["lighthouse"] == f"{network_prefix}.10:29510"  # the monitor host's cluster address
+    assert experiment["lighthouse"]["endpoint"] == details[0]["lighthouse"]
     for peer, summary in zip(("peer-01", "peer-02"), survivors, strict=True):
         rounds = _rows(results / peer / "rounds.csv")
         assert {r["kind"] for r in rounds} == {"parameters"}
