@@ -6,7 +6,9 @@ plain processes, each pinned to its own disjoint block of cores (``os.sched_seta
 - ``base``: the baseline on all ``--total-vcpus`` cores;
 - ``pN-lu{off,on}``: N Hivemind peers with total/N cores each, local updates off or on;
 - ``pN-solo``: the reference for the peers' local throughput: N baseline processes on the same core blocks at
-  the same time (the same loop and memory traffic, no Hivemind).
+  the same time (the same loop and memory traffic, no Hivemind);
+- ``pN-ddp`` / ``pN-diloco`` (``--strategies``): N DDP ranks, or N DiLoCo replicas syncing every
+  ``--sync-every`` steps through a torchft Lighthouse this script starts, over loopback.
 
 It prints, per configuration: samples/s (total and per peer), the mean step breakdown, averaging seconds per
 round, speedup and efficiency against the baseline, and the peers' local throughput as a ratio to the solo
@@ -17,6 +19,7 @@ long plan can be split over several calls (``--only``).
 
     python benchmarks/study_scale.py --out results/study-scale                 # 16 cores, the study's plan
     python benchmarks/study_scale.py --total-vcpus 2 --peers 2 --model smallcnn --steps 40   # CI size
+    python benchmarks/study_scale.py --strategies ddp,diloco --peers 2,4,8 --sync-every 50   # DDP, DiLoCo
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -42,7 +46,7 @@ from trainer.calibrate import core_blocks  # noqa: E402
 @dataclass(frozen=True)
 class Configuration:
     name: str
-    strategy: str  # baseline | hivemind
+    strategy: str  # baseline | hivemind | ddp | diloco
     peers: int
     cores_per_peer: int
     local_updates: bool = False
@@ -53,19 +57,27 @@ class Configuration:
         return f"_reference/{self.name}" if self.reference else self.name
 
 
-def plan(total: int, peer_counts: list[int], local_updates: list[bool]) -> list[Configuration]:
+def plan(
+    total: int, peer_counts: list[int], local_updates: list[bool], strategies: tuple[str, ...] = ("hivemind",)
+) -> list[Configuration]:
     """The configurations for ``total`` cores.
 
     >>> [c.name for c in plan(16, [2, 4], [False, True])]
     ['base', 'p2-solo', 'p2-luoff', 'p2-luon', 'p4-solo', 'p4-luoff', 'p4-luon']
+    >>> [c.name for c in plan(16, [2], [False], ("hivemind", "ddp", "diloco"))]
+    ['base', 'p2-solo', 'p2-luoff', 'p2-ddp', 'p2-diloco']
     """
     configurations = [Configuration("base", "baseline", 1, total)]
     for peers in peer_counts:
         cores = total // peers
         configurations.append(Configuration(f"p{peers}-solo", "baseline", peers, cores, reference=True))
-        for updates in local_updates:
-            name = f"p{peers}-lu{'on' if updates else 'off'}"
-            configurations.append(Configuration(name, "hivemind", peers, cores, local_updates=updates))
+        if "hivemind" in strategies:
+            for updates in local_updates:
+                name = f"p{peers}-lu{'on' if updates else 'off'}"
+                configurations.append(Configuration(name, "hivemind", peers, cores, local_updates=updates))
+        for strategy in ("ddp", "diloco"):
+            if strategy in strategies:
+                configurations.append(Configuration(f"p{peers}-{strategy}", strategy, peers, cores))
     return configurations
 
 
@@ -94,6 +106,37 @@ def trainer_args(
     return command
 
 
+def rank_args(
+    args: argparse.Namespace, config: Configuration, rank: int, rendezvous: str, lighthouse: str
+) -> list[str]:
+    """A DDP rank's or DiLoCo replica's own flags."""
+    command = [
+        "--expected-peers", str(config.peers), "--rank", str(rank), "--rendezvous", rendezvous,
+        "--averaging-timeout", str(args.averaging_timeout), "--start-timeout", "300",
+    ]  # fmt: skip
+    if config.strategy == "diloco":
+        command += ["--sync-every", str(args.sync_every), "--lighthouse", lighthouse]
+    return command
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_lighthouse(log_path: Path, join_timeout: float) -> tuple[subprocess.Popen, str]:
+    """torchft's Lighthouse on a free loopback port, from this Python's torchft (no console script needed: a
+    script of its own, as the Lighthouse parses the process's arguments after the interpreter's first)."""
+    address = f"127.0.0.1:{free_port()}"
+    script = log_path.with_name("torchft_lighthouse.py")
+    code = "import sys\nfrom torchft._torchft import lighthouse_main\nsys.exit(lighthouse_main())\n"
+    script.write_text(code)
+    command = [sys.executable, str(script), "--bind", address, "--min_replicas", "1"]
+    command += ["--join_timeout_ms", str(int(join_timeout * 1000))]
+    return start(command, log_path), address
+
+
 def run_configuration(args: argparse.Namespace, config: Configuration, available: list[int]) -> bool:
     """Run one configuration into ``args.out/config.directory``; True when every process finished."""
     directory = args.out / config.directory
@@ -104,10 +147,16 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
     processes: list[subprocess.Popen] = []
     started = time.time()
     bootstrap = ""
+    rendezvous, lighthouse, helpers = f"127.0.0.1:{free_port()}", "", []
     try:
+        if config.strategy == "diloco":
+            process, lighthouse = start_lighthouse(directory / "lighthouse.log", args.averaging_timeout)
+            helpers.append(process)
         for index, (name, cores) in enumerate(zip(names, blocks, strict=True)):
             peer_dir = directory / name
             command = trainer_args(args, config, run_id, name, peer_dir)
+            if config.strategy in ("ddp", "diloco"):
+                command += rank_args(args, config, index, rendezvous, lighthouse)
             if config.strategy == "hivemind" and index > 0:
                 command += ["--initial-peers", bootstrap]
             processes.append(start(command, directory / f"{name}.log", cores))
@@ -115,7 +164,7 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
                 bootstrap = wait_for_multiaddr(peer_dir / "multiaddrs.txt", processes[0])
         wait_all(processes, args.timeout)
     finally:
-        stop_all(processes)
+        stop_all(processes + helpers)
     complete = all(p.returncode == 0 for p in processes) and all(
         (read_summary(directory / n) or {}).get("complete") for n in names
     )
@@ -147,6 +196,8 @@ def experiment_document(
     }
     if config.strategy == "hivemind":
         settings.update(target_batch_size=args.target_batch_size, local_updates=config.local_updates)
+    if config.strategy == "diloco":
+        settings.update(sync_every=args.sync_every)
     return {
         "experiment_id": config.name,
         "run_id": run_id,
@@ -207,7 +258,7 @@ def table(args: argparse.Namespace, configurations: list[Configuration]) -> list
         row = figures.get(config.name)
         if row is None:
             continue
-        solo = figures.get(f"p{config.peers}-solo") if config.strategy == "hivemind" else None
+        solo = figures.get(f"p{config.peers}-solo") if config.strategy != "baseline" else None
         speedup = row["total"] / base["total"] if base and not config.reference else None
         local = row["per_peer"] / solo["per_peer"] if solo else None
         compute_ratio = solo["compute"] / row["compute"] if solo else None
@@ -231,6 +282,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--total-vcpus", type=int, default=16, help="cores of the study's VM budget (16)")
     parser.add_argument("--peers", default="2,4,8,16", help="peer counts, comma-separated")
     parser.add_argument("--local-updates", default="off,on", help="off, on or off,on")
+    parser.add_argument(
+        "--strategies", default="hivemind", help="of hivemind, ddp, diloco, comma-separated (with the solos)"
+    )
+    parser.add_argument("--sync-every", type=int, default=50, help="DiLoCo: inner steps between syncs")
     parser.add_argument("--steps", type=int, default=200, help="local steps per process")
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--dataset", default="synthetic")
@@ -256,6 +311,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.updates = [{"off": False, "on": True}[v] for v in args.local_updates.split(",") if v]
     except (ValueError, KeyError):
         parser.error("--peers takes integers, --local-updates off and/or on")
+    args.strategy_names = tuple(filter(None, args.strategies.split(",")))
+    unknown = set(args.strategy_names) - {"hivemind", "ddp", "diloco"}
+    if unknown or not args.strategy_names:
+        parser.error(f"--strategies takes hivemind, ddp and/or diloco (got {args.strategies!r})")
     available = sorted(os.sched_getaffinity(0))
     if args.total_vcpus > len(available) and not args.table_only:
         parser.error(f"--total-vcpus {args.total_vcpus}: this process may use only {len(available)} cores")
@@ -268,7 +327,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    configurations = plan(args.total_vcpus, args.peer_counts, args.updates)
+    configurations = plan(args.total_vcpus, args.peer_counts, args.updates, args.strategy_names)
     wanted = set(filter(None, args.only.split(",")))
     failed = []
     for config in [] if args.table_only else configurations:
@@ -286,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nmachine: {os.cpu_count()} cores; {args.model}, {args.dataset}, batch {args.batch_size}, "
         f"lr {args.learning_rate}, TBS {args.target_batch_size}, {args.steps} steps per process, "
-        f"parameters averaged every {args.average_state_every} epochs"
+        f"parameters averaged every {args.average_state_every} epochs; DiLoCo syncs every {args.sync_every} "
+        "steps"
     )
     print("\n".join(table(args, configurations)))
     print(
