@@ -177,6 +177,7 @@ def test_a_diloco_run_survives_a_killed_replica(tmp_path):
     network_prefix = experiment["hosts"]["peer-01"]["address"].rsplit(".", 1)[0]
     assert details[0]["lighthouse"] == f"{network_prefix}.10:29510"  # the monitor host's cluster address
     assert experiment["lighthouse"]["endpoint"] == details[0]["lighthouse"]
+    assert details[0]["sync_every"] == 50  # the run's settings reached the replicas through the role
     for peer, summary in zip(("peer-01", "peer-02"), survivors, strict=True):
         rounds = _rows(results / peer / "rounds.csv")
         assert {r["kind"] for r in rounds} == {"parameters"}

@@ -379,44 +379,6 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
         assert udp == 100, (address, ports)
 
 
-# One sharding strategy through the playbook: the role and playbook paths of ddp, zero and fsdp are the same
-# but for the strategy's name (each trains in tests/trainer/test_data_parallel_runs.py); DeepSpeed's stage is
-# the one setting only it hands down.
-@pytest.mark.parametrize("strategy, stage", [("deepspeed", 3)])
-def test_a_sharding_strategy_on_two_peers(tmp_path, strategy, stage):
-    """Issues 13, 27, 34: a DeepSpeed ZeRO-3 run (one rank per container, gloo over the cluster network)
-    works like a Hivemind run: complete, the same parameters on both ranks, each rank holding a shard of the
-    optimizer state (SGD momentum: the shards add up to the model), the bytes each rank sent counted on its
-    interface."""
-    settings = {**FAST, "strategy": strategy, "peers": 2, "dataset": "synthetic", "monitoring": False}
-    settings.update(max_steps=30, experiment_id=f"e2e-{strategy}", cpu_probe_seconds=0)
-    if stage is not None:
-        settings["zero_stage"] = stage
-    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
-    assert run.returncode == 0, run.output[-8000:]
-    results = tmp_path / f"e2e-{strategy}"
-    experiment = _check_complete(results, ["peer-01", "peer-02"], strategy)
-    assert experiment["peers"] == 2
-    summaries = [read_json(results / peer / "summary.json") for peer in ("peer-01", "peer-02")]
-    details = [s["strategy_details"] for s in summaries]
-    assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
-    assert [d["rank"] for d in details] == [0, 1]
-    assert details[1]["rendezvous"].startswith(experiment["hosts"]["peer-01"]["address"] + ":"), details
-    assert details[0].get("zero_stage") == stage
-    from trainer.models import build_model
-
-    model_bytes = 4 * sum(p.numel() for p in build_model("smallcnn", seed=0).parameters())
-    shards = [s["memory"]["optimizer_state_bytes"] for s in summaries]
-    assert sum(shards) == pytest.approx(model_bytes, abs=64) and max(shards) < model_bytes, shards
-    for peer, summary in zip(("peer-01", "peer-02"), summaries, strict=True):
-        kinds = {row["kind"] for row in _rows(results / peer / "rounds.csv")}
-        assert kinds == {"gradients", "parameters"}
-        # every step's gradients went over the wire: at least the rank's half of them, per step
-        network = summary["network"]
-        assert network["interfaces"] and network["sent_bytes"] > 30 * model_bytes / 2, network
-    assert int(experiment["network"]["bytes"]) > 0
-
-
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # A 1-second start barrier: the bootstrap peer gives up before the other peer has even started.
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 1}

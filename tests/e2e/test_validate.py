@@ -222,6 +222,18 @@ def test_diloco_needs_a_lighthouse_host_and_its_own_settings():
     assert other["errors"] == ["sync_every needs strategy diloco (got strategy=ddp)"]
 
 
+def test_deepspeeds_stage_reaches_its_ranks_only():
+    """zero_stage is handed to DeepSpeed's ranks (the role passes the settings on as they are: the DiLoCo run
+    of tests/e2e/test_faults.py checks that its own reach the trainer)."""
+    validation = _load_validation()
+    result = validation.testbed_experiment(
+        {"peers": "2", "strategy": "deepspeed", "zero_stage": "3"}, _local_inventory(2)
+    )
+    assert result["errors"] == [] and result["trainer_settings"]["zero_stage"] == 3
+    ddp = validation.testbed_experiment({"peers": "2", "strategy": "ddp"}, _local_inventory(2))
+    assert "zero_stage" not in ddp["trainer_settings"]
+
+
 def test_a_dht_node_on_the_monitor_host_needs_one():
     """dht_bootstrap=monitor puts the DHT-only bootstrap node on the inventory's first monitor host; without
     one it is refused, and a peer bootstraps by default."""
