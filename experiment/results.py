@@ -158,8 +158,14 @@ EVALS_FILE = "evals.csv"
 SUMMARY_FILE = "summary.json"
 MULTIADDRS_FILE = "multiaddrs.txt"
 STARTED_FILE = "started.json"  # written when the start barrier releases: what a fault agent times faults from
+#: written by the fault agent before it starts a killed trainer again (restart fault, churn): the trainer that
+#: finds it rejoins the running collaboration and appends to the results (read and removed at its start)
+REJOIN_FILE = "rejoin.json"
+#: one line per rejoin of this peer: the rejoin document and what the rejoin cost (the state download)
+REJOINS_FILE = "rejoins.jsonl"
 RESULT_FILES = (
     CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE, STARTED_FILE,
+    REJOIN_FILE, REJOINS_FILE,
 )  # fmt: skip
 
 _INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"}
@@ -250,23 +256,33 @@ class ResultsWriter:
     """
 
     def __init__(
-        self, run_dir: str | os.PathLike[str], *, flush_every: int = 5, write_evals: bool = False
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        flush_every: int = 5,
+        write_evals: bool = False,
+        append: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.flush_every = max(1, flush_every)
         self._lock = threading.Lock()
         self._clock_origin: float | None = None
-        self._round_number = 0
+        #: append to an earlier incarnation's files (a rejoining peer): rounds go on numbering from its last
+        self.append = append
+        self._round_number = len(read_rounds(self.run_dir)) if append else 0
         self._unflushed_steps = 0
         self._steps = self._open_csv(STEPS_FILE, STEP_COLUMNS)
         self._rounds = self._open_csv(ROUNDS_FILE, ROUND_COLUMNS)
         self._evals = self._open_csv(EVALS_FILE, EVAL_COLUMNS) if write_evals else None
 
     def _open_csv(self, name: str, columns: tuple[str, ...]) -> tuple[TextIO, Any]:
-        handle = open(self.run_dir / name, "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        path = self.run_dir / name
+        header = not (self.append and path.exists() and path.stat().st_size > 0)
+        handle = open(path, "w" if header else "a", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
         writer = csv.writer(handle)
-        writer.writerow(columns)
+        if header:
+            writer.writerow(columns)
         handle.flush()
         return handle, writer
 
@@ -274,9 +290,20 @@ class ResultsWriter:
 
     def start_clock(self, origin_timestamp: float) -> None:
         """Set the Unix time ``wall_seconds`` counts from (the start barrier's release) and write it to
-        started.json at once: a fault agent times its faults from it, before any step is written."""
+        started.json at once: a fault agent times its faults from it, before any step is written. A rejoining
+        peer keeps the run's first release (its rows go on on the same clock)."""
+        if self.append:
+            earlier = _read_json(self.run_dir / STARTED_FILE)
+            if earlier and earlier.get("barrier_released_at") is not None:
+                self._clock_origin = float(earlier["barrier_released_at"])
+                return
         self._clock_origin = origin_timestamp
         write_json_atomic(self.run_dir / STARTED_FILE, {"barrier_released_at": origin_timestamp})
+
+    @property
+    def clock_origin(self) -> float | None:
+        """The Unix time rows count from (a rejoining peer's: the run's first release)."""
+        return self._clock_origin
 
     def wall_seconds(self, timestamp: float) -> float | None:
         return None if self._clock_origin is None else timestamp - self._clock_origin
@@ -361,6 +388,58 @@ def prepare_run_dir(run_dir: str | os.PathLike[str], *, overwrite: bool) -> Path
     for name in RESULT_FILES:
         (path / name).unlink(missing_ok=True)
     return path
+
+
+def take_rejoin(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The fault agent's rejoin.json (incarnation, killed_at, restarted_at) when this start is a restart of a
+    killed trainer, removed so that no later start mistakes it for its own; None for a first start.
+
+    >>> import tempfile
+    >>> run_dir = Path(tempfile.mkdtemp())
+    >>> write_json_atomic(run_dir / REJOIN_FILE, {"incarnation": 2})
+    >>> take_rejoin(run_dir), take_rejoin(run_dir)
+    ({'incarnation': 2}, None)
+    """
+    path = Path(run_dir) / REJOIN_FILE
+    document = _read_json(path)
+    path.unlink(missing_ok=True)
+    return document
+
+
+def append_rejoin(run_dir: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Add one rejoin's record to rejoins.jsonl (kept across incarnations, unlike summary.json)."""
+    with open(Path(run_dir) / REJOINS_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, default=_json_default) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_rejoins(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """rejoins.jsonl's records, in order (a torn last line, from a kill while writing, is left out).
+
+    >>> import tempfile
+    >>> run_dir = Path(tempfile.mkdtemp())
+    >>> append_rejoin(run_dir, {"incarnation": 2, "state_download_seconds": 0.5})
+    >>> read_rejoins(run_dir)
+    [{'incarnation': 2, 'state_download_seconds': 0.5}]
+    """
+    try:
+        lines = (Path(run_dir) / REJOINS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def last_step(run_dir: str | os.PathLike[str]) -> int:
+    """The last step an earlier incarnation wrote to steps.csv (0: none)."""
+    steps = read_steps(run_dir)
+    return max((int(row["step"]) for row in steps if row.get("step") is not None), default=0)
 
 
 def write_json_atomic(path: str | os.PathLike[str], document: dict[str, Any]) -> None:

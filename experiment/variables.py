@@ -194,6 +194,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("bandwidth_mbit", "float", None, "egress rate of every peer (or per host in the inventory)"),
     Variable("latency_ms", "float0", None, "egress delay of every peer (or per host; needs netem)"),
     Variable("faults", "str", None, "planned faults KIND:HOST@TIME[+DURATION][=RATE], comma-separated"),
+    Variable(
+        "churn",
+        "str",
+        None,
+        "Hivemind: peers leave and rejoin at random, mtbf=TIME downtime=TIME [seed=N] [until=TIME]",
+    ),
 )
 
 BY_NAME: dict[str, Variable] = {variable.name: variable for variable in VARIABLES}

@@ -116,7 +116,7 @@ class RunCoordinator:
                 self._store(self.barrier_key, {"peer": self.peer_name, "time": time.time()})
                 announced_at = now
             arrived = self._entries(self.barrier_key)
-            if len(arrived) >= self.expected_peers:
+            if len(_names(arrived)) >= self.expected_peers:  # a restarted peer's earlier entry counts once
                 break
             released_by = self._released_by_another() if min_peers > 0 else None
             if released_by is not None:
@@ -127,24 +127,24 @@ class RunCoordinator:
                 arrived = {str(name): {"peer": name} for name in released_by["peers"]}
                 break
             if time.monotonic() >= deadline:
-                names = sorted(str(entry.get("peer", key)) for key, entry in _as_dicts(arrived).items())
-                if 0 < min_peers <= len(arrived):
+                names = sorted(_names(arrived))
+                if 0 < min_peers <= len(names):
                     log.warning(
                         "start barrier timed out after %gs with %d of %d expected peers (%s): starting "
-                        "without the others (min_peers %d)", timeout, len(arrived), self.expected_peers,
+                        "without the others (min_peers %d)", timeout, len(names), self.expected_peers,
                         ", ".join(names), min_peers,
                     )  # fmt: skip
                     self._store(self.release_key, {"peer": self.peer_name, "peers": names})
                     break
                 raise TimeoutError(
-                    f"start barrier timed out after {timeout:g}s: {len(arrived)} of {self.expected_peers} "
+                    f"start barrier timed out after {timeout:g}s: {len(names)} of {self.expected_peers} "
                     f"expected peers arrived ({', '.join(names) or 'none'})"
                 )
             time.sleep(self.poll_interval)
         self.released_at = time.time()
-        self.started_with = min(len(arrived), self.expected_peers)
+        self.started_with = min(len(_names(arrived)), self.expected_peers)
         waited = time.monotonic() - started
-        log.info("start barrier released after %.2fs: %d peers arrived", waited, len(arrived))
+        log.info("start barrier released after %.2fs: %d peers arrived", waited, len(_names(arrived)))
         return waited
 
     def _released_by_another(self) -> dict[str, Any] | None:
@@ -238,7 +238,7 @@ class RunCoordinator:
 
     def others_done(self) -> bool:
         """Whether every other peer the run started with has announced it is done (one DHT read)."""
-        done = set(self._entries(self.done_key)) - {self.subkey}
+        done = _names(self._entries(self.done_key)) - {self.peer_name}
         return len(done) >= self.started_with - 1
 
     def wait_for_others_done(self, timeout: float) -> tuple[float, int, int]:
@@ -247,10 +247,11 @@ class RunCoordinator:
         Returns (seconds waited, peers done, peers expected).
         """
         started = time.monotonic()
-        expected = max(self.started_with, len(self._entries(self.barrier_key)))
-        done: dict[str, Any] = {}
+        # by peer name: a restarted peer announces itself again under a new DHT identity
+        expected = max(self.started_with, len(_names(self._entries(self.barrier_key))))
+        done: set[str] = set()
         while True:
-            done = self._entries(self.done_key)
+            done = _names(self._entries(self.done_key))
             if len(done) >= expected or time.monotonic() - started >= timeout:
                 break
             time.sleep(max(self.poll_interval, 0.5))
@@ -269,3 +270,8 @@ def _unwrap(found: Any) -> dict[str, Any]:
 
 def _as_dicts(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {key: value for key, value in entries.items() if isinstance(value, dict)}
+
+
+def _names(entries: dict[str, Any]) -> set[str]:
+    """The peer names of a key's entries (subkeys are ``<peer name>/<DHT peer id>``)."""
+    return {str(value.get("peer", key)) if isinstance(value, dict) else key for key, value in entries.items()}

@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from experiment.results import ResultsWriter, RoundRecord, prepare_run_dir
+from experiment.results import (
+    ResultsWriter,
+    RoundRecord,
+    append_rejoin,
+    last_step,
+    prepare_run_dir,
+    take_rejoin,
+)
 from trainer import cpu_usage, memory, netcounters
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
@@ -61,6 +68,8 @@ class RunSession:
         self.process_roles: dict[int, str] = {}  # the strategy's own processes (cpu_received's split)
         self.loop_end: float | None = None  # Unix time the training loop ended (the finish follows)
         self.memory: dict[str, Any] | None = None  # measured at the loop's end
+        #: a restarted trainer's rejoin document (experiment/results.py take_rejoin), None for a first start
+        self.rejoin: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- phases
 
@@ -68,8 +77,19 @@ class RunSession:
         """Everything that can fail on bad input, before any training (raises
         ConfigError/FileExistsError/OSError)."""
         config = self.config
-        prepare_run_dir(config.results_dir, overwrite=config.overwrite)
-        self.writer = ResultsWriter(config.results_dir, write_evals=config.eval_every > 0)
+        self.rejoin = take_rejoin(config.results_dir)
+        if self.rejoin is not None:
+            if config.strategy != "hivemind":
+                what = "a restarted trainer rejoins only a hivemind run"
+                raise ConfigError(what, "strategy", config.strategy)
+            # a killed trainer started again: its results so far stay, the new rows follow them
+            self.rejoin["steps_before"] = last_step(config.results_dir)
+            log.info("rejoining the run as incarnation %s", self.rejoin.get("incarnation"))
+        else:
+            prepare_run_dir(config.results_dir, overwrite=config.overwrite)
+        self.writer = ResultsWriter(
+            config.results_dir, write_evals=config.eval_every > 0, append=self.rejoin is not None
+        )
         self.cpu = apply_vcpus(config.vcpus)
         torch.manual_seed(config.seed)
         self.train_loader, self.val_loader = build_loaders(config)
@@ -83,7 +103,8 @@ class RunSession:
             except OSError as exc:
                 what = f"cannot serve metrics: {exc.strerror or exc}"
                 raise ConfigError(what, "metrics_port", config.metrics_port) from exc
-        self.writer.write_config(self.config_document(port))
+        if self.rejoin is None:  # a rejoining incarnation keeps the run's config.json
+            self.writer.write_config(self.config_document(port))
 
     def config_document(self, metrics_port: int | None) -> dict[str, Any]:
         settings = self.config.to_dict()
@@ -115,6 +136,8 @@ class RunSession:
         loop: TrainingLoop | None = None
         try:
             self.signals.interrupting = True
+            if self.rejoin is not None:
+                strategy.rejoining = True
             try:
                 strategy.setup(self.model, config, self.on_round)
             except (ValueError, ConnectionError) as exc:
@@ -130,6 +153,11 @@ class RunSession:
                 print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
                 return exit_code
             self.barrier_release = time.time()
+            if self.rejoin is not None:  # what this rejoin cost, kept whatever happens to this incarnation
+                cost = getattr(strategy, "summary_details", dict)().get("rejoin", {})
+                self.rejoin.update(cost, process_started_at=self.start_timestamp)
+                self.rejoin["rejoined_at"] = self.barrier_release
+                append_rejoin(config.results_dir, self.rejoin)
             self.process_roles = strategy.process_roles()
             self.cpu_at_release = cpu_usage.snapshot(self.process_roles)
             self.net_at_release = netcounters.snapshot()
@@ -137,7 +165,8 @@ class RunSession:
             if self.writer is None or self.telemetry is None:
                 raise RuntimeError("RunSession.prepare() must run before execute()")
             self.writer.start_clock(self.barrier_release)
-            self.telemetry.set_start_timestamp(self.barrier_release)
+            origin = self.writer.clock_origin or self.barrier_release  # a rejoining peer: the run's own
+            self.telemetry.set_start_timestamp(origin)
             log.info("start barrier released after %.1f s", self.start_wait)
             loop = TrainingLoop(
                 model=strategy.training_module(),
@@ -152,7 +181,9 @@ class RunSession:
                 telemetry=self.telemetry,
                 signals=self.signals,
             )
-            exit_reason = loop.run(clock_origin=self.barrier_release)
+            if self.rejoin is not None:  # step numbers go on from the killed incarnation's last
+                loop.step = self.rejoin["steps_before"]
+            exit_reason = loop.run(clock_origin=origin)
             self.loop_end = time.time()
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
             self.cpu_at_loop_end = cpu_usage.snapshot(self.process_roles)
@@ -218,6 +249,7 @@ class RunSession:
                     self.stats.samples,
                 ),
                 **({"strategy_details": details} if details else {}),
+                **({"rejoin": self.rejoin} if self.rejoin is not None else {}),
             },
         )
         self.writer.write_summary(summary)

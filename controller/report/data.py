@@ -26,6 +26,7 @@ from experiment.results import (
     is_complete,
     read_config,
     read_evals,
+    read_rejoins,
     read_rounds,
     read_steps,
     read_summary,
@@ -62,6 +63,8 @@ class PeerRun:
     summary: dict[str, Any] = field(default_factory=dict)
     #: evals.csv (validation loss and accuracy every `eval_every` steps; empty when the run evaluated never)
     evals: list[dict[str, Any]] = field(default_factory=list)
+    #: rejoins.jsonl: each time a restarted trainer rejoined the run, and what its state download cost
+    rejoins: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -176,6 +179,7 @@ def load_experiment(path: Path) -> Experiment | None:
             is_complete(peer_dir),
             read_summary(peer_dir) or {},
             read_evals(peer_dir),
+            read_rejoins(peer_dir),
         )
         for peer_dir in peer_dirs
     ]
@@ -202,6 +206,8 @@ _DURATION_COLUMNS = tuple(
     dict.fromkeys(c for c in (*STEP_COLUMNS, *ROUND_COLUMNS, *EVAL_COLUMNS) if c.endswith("_seconds"))
 )
 _FAULT_MOMENTS = ("started", "applied_at", "healed_at")
+_REJOIN_MOMENTS = ("killed_at", "restarted_at", "process_started_at", "rejoined_at")
+_REJOIN_DURATIONS = ("progress_wait_seconds", "state_download_seconds")
 
 
 def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
@@ -234,6 +240,19 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
         for name in _FAULT_MOMENTS:
             if record.get(name) is not None:
                 record[name] = origin + (float(record[name]) - origin) / factor
+        for name in ("applied_seconds", "healed_seconds"):  # from the barrier's release: durations
+            if record.get(name) is not None:
+                record[name] = float(record[name]) / factor
+        return record
+
+    def rejoin(record: dict[str, Any]) -> dict[str, Any]:
+        record = dict(record)
+        for name in _REJOIN_MOMENTS:
+            if record.get(name) is not None:
+                record[name] = origin + (float(record[name]) - origin) / factor
+        for name in _REJOIN_DURATIONS:
+            if record.get(name) is not None:
+                record[name] = float(record[name]) / factor
         return record
 
     peers = [
@@ -244,6 +263,7 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
             p.complete,
             {**p.summary, **(p.summary.get("modelled") or {})},
             rows(p.evals),
+            [rejoin(r) for r in p.rejoins],
         )
         for p in experiment.peers
     ]

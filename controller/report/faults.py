@@ -12,6 +12,15 @@ Per applied fault, from the raw rounds.csv / steps.csv:
 - **samples lost**: samples the faulted peer computed in epochs it never averaged (no ok round of its own
   for that epoch) that ended after the fault began: for a kill the work since its last round, for a pause or
   partition the samples Hivemind threw away when the peer came back behind.
+
+A restart (a kill, and the trainer started again after the downtime; churn is made of them) is a window from
+the kill to the restart, after which the restarted peer must come back: its recovery is its own first ok
+round after the restart, and the rounds failed are everybody's until it is back in step. It adds, from the
+restarted trainer's rejoins.jsonl and steps.csv:
+
+- **first step after**: seconds from the restart to the new incarnation's first step (process start, DHT
+  join, state download);
+- **state download**: the download's seconds and the bytes the host received meanwhile.
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ COLUMNS = (
     "recovered_after_seconds",
     "rejoined",
     "samples_lost",
+    "first_step_after_seconds",
+    "state_download_seconds",
+    "state_download_bytes",
     "detail",
 )
 
@@ -91,14 +103,35 @@ def fault_row(e: Experiment, fault: dict[str, Any]) -> dict[str, Any]:
     causes: dict[str, int] = {}
     for r in failed:
         causes[r.get("cause") or "other"] = causes.get(r.get("cause") or "other", 0) + 1
+    if fault["kind"] == "restart" and faulted is not None:
+        row.update(_rejoin_costs(e, fault, faulted, window_end))
     row.update(
         rounds_failed=len(failed),
         failed_by_cause=" ".join(f"{cause}:{n}" for cause, n in sorted(causes.items())),
         recovered_after_seconds=round(recovered - window_end, 2) if recovered is not None else None,
         rejoined=recovered is not None,
-        samples_lost=_samples_lost(faulted, applied) if faulted is not None else None,
+        samples_lost=_samples_lost(faulted, applied, killed=fault["kind"] in ("kill", "restart"))
+        if faulted is not None
+        else None,
     )
     return row
+
+
+def _rejoin_costs(e: Experiment, fault: dict[str, Any], peer: Any, restarted: float) -> dict[str, Any]:
+    """The restarted trainer's first step and state download (a host's n-th restart is its n-th rejoin)."""
+    restarts = sorted(
+        (f for f in fault_windows(e) if f["kind"] == "restart" and f["host"] == fault["host"]),
+        key=lambda f: f["start"],
+    )
+    index = next((i for i, f in enumerate(restarts) if f.get("spec") == fault.get("spec")), None)
+    rejoin = peer.rejoins[index] if index is not None and index < len(peer.rejoins) else {}
+    after = [s["timestamp"] for s in peer.steps if (s.get("timestamp") or 0) > restarted]
+    first_step = min(after, default=None)
+    return {
+        "first_step_after_seconds": round(first_step - restarted, 2) if first_step is not None else None,
+        "state_download_seconds": rejoin.get("state_download_seconds"),
+        "state_download_bytes": rejoin.get("state_download_bytes"),
+    }
 
 
 def _back_in_step(own: list[dict[str, Any]], others: list[dict[str, Any]], after: float) -> float:
@@ -113,13 +146,19 @@ def _back_in_step(own: list[dict[str, Any]], others: list[dict[str, Any]], after
     return float("inf")
 
 
-def _samples_lost(peer: Any, applied: float) -> int:
+def _samples_lost(peer: Any, applied: float, *, killed: bool = False) -> int:
+    """Samples in epochs the peer never averaged, computed after the fault began; for a kill (or restart)
+    also those of the epoch it was killed in, which died with it."""
     averaged = {int(r["epoch"]) for r in peer.rounds if r["outcome"] == "ok" and r.get("epoch") is not None}
+    steps = [s for s in peer.steps if s.get("timestamp") is not None and s.get("hivemind_epoch") is not None]
+    before = [s for s in steps if s["timestamp"] < applied]
+    killed_in = int(before[-1]["hivemind_epoch"]) if killed and before else None
     lost = 0
-    for step in peer.steps:
-        if step.get("timestamp") is None or step.get("hivemind_epoch") is None:
+    for step in steps:
+        epoch = int(step["hivemind_epoch"])
+        if epoch in averaged:
             continue
-        if step["timestamp"] >= applied and int(step["hivemind_epoch"]) not in averaged:
+        if step["timestamp"] >= applied or (step["timestamp"] < applied and epoch == killed_in):
             lost += int(step.get("samples") or 0)
     return lost
 

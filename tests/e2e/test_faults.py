@@ -1,16 +1,20 @@
-"""Issue 15: faults on purpose, from the playbook, on the local cluster. One run shares every fault check: a
-kill before the start barrier (min_peers), a kill and a partition during the run. (The ports closed from
-outside: the port scan in test_local_cluster.py.)"""
+"""Issue 15: faults on purpose, from the playbook, on the local cluster; issue 31: peers that leave and come
+back. One Hivemind run shares every such check: a kill before the start barrier (min_peers), a partition, and
+churn during the run (two leaves and rejoins, drawn from a seed). (The ports closed from outside: the port
+scan in test_local_cluster.py.)"""
 
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from e2e_support import extra_vars, read_json, run_playbook
 from shared_cluster import BIN
+
+from controller.faults import testbed_faults
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 
@@ -19,26 +23,31 @@ STARTED = PEERS[:4]  # peer-05 is killed before the start barrier; the other fou
 # Long enough for five peers' trainers to start on 2 cores: the bootstrap peer starts first, and its barrier
 # must still see the three others arrive (with 30 s it gave up with two of them, and the run was incomplete).
 START_TIMEOUT = 60
-# small and quick (tests/e2e/test_local_cluster.py's FAST), long enough for a kill, then a partition
+# Seed 30 draws two leaves, peer-04 at 7.7 s and peer-02 at 17.2 s, each down for 5 s (the partition's peer
+# and the bootstrap peer never leave; at least min_peers stay up).
+CHURN = "mtbf=10s downtime=5s seed=30 until=30s"
+CHURNED = ["peer-04", "peer-02"]
+# small and quick (tests/e2e/test_local_cluster.py's FAST), long enough for the churn and the partition
 SETTINGS = {
     "peers": 5,
     "model": "smallcnn",
     "dataset": "synthetic",
     "batch_size": 16,
-    "max_steps": 120,
+    "max_steps": 160,
     "target_batch_size": 512,
     "matchmaking_time": 2,
     "averaging_timeout": 15,
     "finish_grace": 10,
     "start_timeout": START_TIMEOUT,
-    "min_peers": len(STARTED),
+    "min_peers": 2,
     "progress_interval": 10,
     "run_timeout": 900,
     "monitoring": False,
     "measure_bandwidth": False,
     "cpu_probe_seconds": 0,
     "experiment_id": "e2e-faults",
-    "faults": "kill:peer-05@start,kill:peer-04@6s,partition:peer-03@10s+8s",
+    "faults": "kill:peer-05@start,partition:peer-03@10s+8s",
+    "churn": CHURN,
 }
 
 
@@ -51,29 +60,32 @@ def _ok_after(rows: list[dict[str, str]], moment: float) -> list[dict[str, str]]
     return [r for r in rows if r["outcome"] == "ok" and float(r["timestamp"]) > moment]
 
 
-def test_kill_before_the_barrier_then_kill_and_partition_during_the_run(tmp_path, chance):
+def test_kill_before_the_barrier_then_churn_and_a_partition_during_the_run(tmp_path, chance):
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **SETTINGS))
     assert run.returncode == 0, run.output[-8000:]
     results = tmp_path / "e2e-faults"
     experiment = read_json(results / "experiment.json")
 
-    # peers killed on purpose do not make the experiment incomplete; the others completed
+    # the peer killed on purpose does not make the experiment incomplete; the others completed, the two that
+    # left and came back too
     assert experiment["complete"] is True, experiment["incomplete_reason"]
     assert {host["cpu_probe"] for host in experiment["hosts"].values()} == {None}  # cpu_probe_seconds=0
     expected = experiment["expected_incomplete"]
-    assert {p.split(": ")[0] for p in expected} == {"peer-04", "peer-05"}, expected
+    assert {p.split(": ")[0] for p in expected} == {"peer-05"}, expected
     # by default the first peer starts the DHT (and trains); the others join it (a DHT-only node on the
     # monitor host: tests/e2e/test_local_cluster.py)
     assert experiment["bootstrap"] == {"by": "peer", "host": "peer-01", "dht_node": None}
     assert (results / "peer-01" / "multiaddrs.txt").exists()
 
     # kill@start with min_peers: the others waited the barrier out, then started as four
-    faults = {f["host"]: f for f in experiment["faults"]}
-    at_start, kill, partition = faults["peer-05"], faults["peer-04"], faults["peer-03"]
+    faults = experiment["faults"]
+    (at_start,) = [f for f in faults if f["host"] == "peer-05"]
+    (partition,) = [f for f in faults if f["kind"] == "partition"]
+    restarts = [f for f in faults if f["kind"] == "restart"]
     assert at_start["kind"] == "kill" and at_start["status"] == "applied", at_start
     assert at_start["applied_seconds"] is None, at_start  # before the barrier: no time from its release
     assert not (results / "peer-05" / "summary.json").exists()
-    for peer in PEERS[:3]:
+    for peer in STARTED:
         summary = read_json(results / peer / "summary.json")
         assert summary["complete"] is True, (peer, summary)
         assert summary["strategy_details"]["started_with_peers"] == len(STARTED), summary["strategy_details"]
@@ -83,40 +95,62 @@ def test_kill_before_the_barrier_then_kill_and_partition_during_the_run(tmp_path
     released = [read_json(results / peer / "started.json")["barrier_released_at"] for peer in STARTED]
     assert max(released) - min(released) < 5, released
 
-    # the faults during the run: planned and actual times, from the barrier's release (started.json)
-    assert kill["kind"] == "kill" and kill["status"] == "applied", kill
-    assert partition["kind"] == "partition" and partition["status"] == "healed", partition
-    for fault in (kill, partition):
+    # the churn: drawn from the recorded seed (the same seed gives the same schedule), two leaves and rejoins
+    churn = experiment["churn"]
+    assert (churn["seed"], churn["leaves"], churn["min_peers"]) == (30, 2, 2), churn
+    again = testbed_faults(
+        SETTINGS["faults"], PEERS, "hivemind", SETTINGS["run_timeout"], churn=CHURN, min_peers=2
+    )
+    assert [f["spec"] for f in again["faults"]] == [f["spec"] for f in faults], faults
+    assert [f["host"] for f in restarts] == CHURNED, restarts
+    # every fault at its time, the downtime and the partition as long as planned
+    for fault in (partition, *restarts):
+        assert fault["status"] == "healed", fault
         assert abs(fault["applied_seconds"] - fault["at_seconds"]) < 2, fault
-    assert abs(partition["healed_seconds"] - partition["applied_seconds"] - 8) < 2, partition
+        duration = fault["healed_seconds"] - fault["applied_seconds"]
+        assert abs(duration - fault["duration_seconds"]) < 2, fault
 
-    # the killed peer's series ends cleanly: what it wrote is readable, up to the kill
-    killed_steps = _rows(results / "peer-04" / "steps.csv")
-    assert killed_steps and float(killed_steps[-1]["timestamp"]) <= kill["applied_at"] + 1
-    assert not (results / "peer-04" / "summary.json").exists()
-    # every failed round of every peer that started has its cause; whether the survivors' rounds after the
-    # kill succeeded is Hivemind's chance (recorded)
+    # each restarted trainer came back as a second incarnation: it downloaded the collaboration's state,
+    # went on with the step numbers where the killed one stopped, and appended to the same results
+    for restart in restarts:
+        peer_dir = results / restart["host"]
+        (rejoin,) = _jsonl(peer_dir / "rejoins.jsonl")
+        assert rejoin["incarnation"] == 2 and rejoin["restarted_at"] >= restart["applied_at"], rejoin
+        assert rejoin["state_download_seconds"] >= 0 and rejoin["epoch_after"] >= rejoin["epoch_before"], (
+            rejoin
+        )
+        steps = _rows(peer_dir / "steps.csv")
+        before = [s for s in steps if float(s["timestamp"]) <= restart["applied_at"] + 1]
+        after = [s for s in steps if float(s["timestamp"]) >= restart["healed_at"]]
+        assert before and after, restart
+        assert int(after[0]["step"]) == rejoin["steps_before"] + 1 == int(before[-1]["step"]) + 1
+        # one clock for both incarnations: the run's first barrier release
+        assert float(after[0]["wall_seconds"]) > restart["healed_seconds"] - 1, after[0]
+        assert (peer_dir / "trainer.1.log").is_file() and (peer_dir / "trainer.log").is_file()
+        assert read_json(peer_dir / "summary.json")["rejoin"]["incarnation"] == 2
+        chance.expect(
+            rejoin["epoch_after"] > 0, f"{restart['host']} downloaded a later epoch's state", rejoin
+        )
+
+    # every failed round of every peer that started has its cause
     for peer in STARTED:
         rounds = _rows(results / peer / "rounds.csv")
         assert all(r["cause"] for r in rounds if r["outcome"] != "ok"), (peer, rounds)
-    for peer in PEERS[:2]:
-        after = _ok_after(_rows(results / peer / "rounds.csv"), kill["applied_at"])
-        chance.expect(after, f"{peer} averaged after the kill", len(after))
 
-    # the report gives each fault's cost and says whether the partitioned peer came back
+    # the report gives each fault's cost, the rejoins' times, and says whether the partitioned peer came back
     report = subprocess.run(
         [str(BIN / "trainer"), "report", str(tmp_path), "--out", str(tmp_path / "report")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-3000:]
     costs = {row["fault"]: row for row in _rows(tmp_path / "report" / "faults.csv")}
-    killed = costs["kill:peer-04@6s"]
-    survivors_averaged = any(
-        _ok_after(_rows(results / peer / "rounds.csv"), kill["applied_at"]) for peer in PEERS[:3]
-    )
-    assert killed["rejoined"] == str(survivors_averaged), (killed, survivors_averaged)
-    if survivors_averaged:
-        assert float(killed["recovered_after_seconds"]) >= 0, killed
+    for restart in restarts:
+        row = costs[restart["spec"]]
+        assert float(row["first_step_after_seconds"]) > 0, row
+        assert float(row["state_download_seconds"]) >= 0 and int(row["state_download_bytes"]) > 0, row
+        came_back = bool(_ok_after(_rows(results / restart["host"] / "rounds.csv"), restart["healed_at"]))
+        assert row["rejoined"] == str(came_back), row
+        chance.expect(came_back, f"{restart['host']} averaged again after its restart", row)
     partitioned = costs["partition:peer-03@10s+8s"]
     came_back = bool(_ok_after(_rows(results / "peer-03" / "rounds.csv"), partition["healed_at"]))
     assert partitioned["rejoined"] == str(came_back), partitioned
@@ -130,8 +164,12 @@ def test_kill_before_the_barrier_then_kill_and_partition_during_the_run(tmp_path
     )
     assert (tmp_path / "report" / "faults_e2e-faults.png").is_file()
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "partition:peer-03@10s+8s" in text
+    assert "partition:peer-03@10s+8s" in text and restarts[0]["spec"] in text
     print(f"partitioned peer rejoined: {came_back}; costs: {costs}")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # Issue 27: the same kill during a DiLoCo run. Three replicas sync every 50 steps through torchft's Lighthouse

@@ -376,3 +376,25 @@ def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_th
     assert not reads  # a formed group: no read at all
     assert decide(_optimizer_state(1, 1, stop=3, others_done=done_after(1))) is False  # not the last round
     assert not reads
+
+
+def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
+    """Issue 31: a restarted trainer announces itself again under a new DHT identity; the barrier and the
+    finish count peers by name: its two incarnations are one peer (and the missing one is still missing)."""
+    from trainer.coordination import RunCoordinator
+
+    first = RunCoordinator(dht, "rejoin-run", "b", expected_peers=3, poll_interval=0.05)
+    first.subkey = "b/killed-incarnation"
+    first._store(first.barrier_key, {"peer": "b", "time": time.time()})
+    again = RunCoordinator(dht, "rejoin-run", "b", expected_peers=3, poll_interval=0.05)
+    a = RunCoordinator(dht, "rejoin-run", "a", expected_peers=3, poll_interval=0.05)
+    a._store(a.barrier_key, {"peer": "a", "time": time.time()})
+    with pytest.raises(TimeoutError, match="2 of 3 expected peers"):
+        again.wait_for_peers(0.5)
+    first.announce_done("max_steps", 3)
+    a.announce_done("collective_finish", 3)
+    c = RunCoordinator(dht, "rejoin-run", "c", expected_peers=3, poll_interval=0.05)
+    c.started_with = 3
+    assert c.others_done()  # a and b (whichever incarnation) are done
+    again.started_with = 3
+    assert not again.others_done()  # b's own earlier announcement is not another peer's

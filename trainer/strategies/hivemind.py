@@ -6,7 +6,9 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
   time, then ConnectionError), the bootstrap peer writes ``multiaddrs.txt``, builds ``hivemind.Optimizer``
   with the averagers instrumented per round (trainer/hivemind_rounds.py);
 - wait_for_start: loads the collaboration's state when the run is already under way, then the start barrier
-  (trainer/coordination.py);
+  (trainer/coordination.py). A restarted trainer (``rejoining``: a restart fault or churn, docs/faults.md)
+  first waits until its tracker sees the others' progress, then downloads their state, timed and its bytes
+  counted (``strategy_details.rejoin``);
 - step: one ``Optimizer.step``, the time it blocked on averaging, the rounds that finished, global progress;
 - the collective finish: a run ends at an epoch boundary every peer shares. The loop hands its own stop
   conditions over (``finishes_collectively``): the first peer whose max steps (or target loss) is reached
@@ -71,6 +73,8 @@ STOP_NOTICE_STEPS = 3
 STOP_READ_SECONDS = 2.0
 #: after their first step, peers wait at most this long until every tracker counts every expected peer
 TRACKER_SYNC_SECONDS = 15.0
+#: a rejoining peer waits at most this long for its tracker to see the collaboration's progress
+REJOIN_PROGRESS_SECONDS = 30.0
 
 
 class HivemindStrategy:
@@ -80,6 +84,8 @@ class HivemindStrategy:
     finishes_collectively = True
 
     def __init__(self) -> None:
+        #: set by the runner before setup when this start is a restart of a killed trainer
+        self.rejoining = False
         self.config: RunConfig | None = None
         self.model: torch.nn.Module | None = None
         self.dht: Any = None
@@ -168,7 +174,9 @@ class HivemindStrategy:
     def wait_for_start(self) -> float:
         optimizer, config = self._ready(), self.config
         started = time.monotonic()
-        if optimizer.tracker.global_epoch > optimizer.local_epoch:
+        if self.rejoining:
+            self._details["rejoin"] = self._download_state()
+        elif optimizer.tracker.global_epoch > optimizer.local_epoch:
             log.info("run under way at epoch %d: loading state from peers", optimizer.tracker.global_epoch)
             optimizer.load_state_from_peers()
         self.coordinator.wait_for_peers(config.start_timeout, config.min_peers)
@@ -177,6 +185,35 @@ class HivemindStrategy:
         self._epoch = optimizer.local_epoch
         self._epoch_started_at = time.monotonic()
         return time.monotonic() - started
+
+    def _download_state(self) -> dict[str, Any]:
+        """A restarted peer: wait (bounded) until its tracker sees the others' epoch, then load the state."""
+        from trainer import netcounters
+
+        optimizer, config = self._ready(), self.config
+        waited_since = time.monotonic()
+        deadline = waited_since + REJOIN_PROGRESS_SECONDS * config.time_dilation
+        while optimizer.tracker.global_epoch <= optimizer.local_epoch and time.monotonic() < deadline:
+            time.sleep(0.2)
+        progress_wait = time.monotonic() - waited_since
+        epoch_before = optimizer.local_epoch
+        before, downloading = netcounters.snapshot(), time.monotonic()
+        optimizer.load_state_from_peers()
+        seconds = time.monotonic() - downloading
+        after = netcounters.snapshot()
+        received = after.received_bytes - before.received_bytes if before and after else None
+        log.info(
+            "rejoined: state of epoch %d downloaded in %.2f s (%s bytes received), after %.2f s finding it",
+            optimizer.local_epoch, seconds, received, progress_wait,
+        )  # fmt: skip
+        return {
+            "progress_wait_seconds": round(progress_wait, 3),
+            "state_download_seconds": round(seconds, 3),
+            "state_download_bytes": received,
+            "epoch_before": epoch_before,
+            "epoch_after": optimizer.local_epoch,
+            "global_epoch": optimizer.tracker.global_epoch,
+        }
 
     # ------------------------------------------------------------------ steps
 

@@ -9,7 +9,10 @@ happens next. Standard library only: it runs with the host's python3.
 
 Faults: kill (SIGKILL every process of the unit), pause (SIGSTOP, later SIGCONT), partition (blackhole routes
 to the other peers' addresses: nothing the peer sends reaches them, so no connection with them works), slow
-(the interface's root qdisc replaced by tbf at the rate; the qdisc before it restored at the end).
+(the interface's root qdisc replaced by tbf at the rate; the qdisc before it restored at the end), restart
+(SIGKILL, and after the downtime the unit started again: the agent writes rejoin.json beside started.json
+first, which tells the trainer to rejoin the running collaboration and append to its results, and keeps the
+killed incarnation's trainer.log as trainer.<incarnation>.log).
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ def sh(*args: str) -> str:
     return done.stdout
 
 
-class Host:
-    """The trainer's unit and the host's cluster interface."""
+REJOIN_FILE = "rejoin.json"  # the trainer's contract: experiment/results.py REJOIN_FILE
 
-    def __init__(self, unit: str, address: str, peers: list[str]):
-        self.unit, self.address, self.peers = unit, address, peers
+
+class Host:
+    """The trainer's unit, its results directory and the host's cluster interface."""
+
+    def __init__(self, unit: str, address: str, peers: list[str], results_dir: Path):
+        self.unit, self.address, self.peers, self.results_dir = unit, address, peers, results_dir
         self.seen_active = False
         self._saved_qdisc: str | None = None
+        self.incarnation = 1
 
     def active(self) -> bool:
         state = subprocess.run(
@@ -54,6 +61,18 @@ class Host:
 
     def signal(self, name: str) -> None:
         sh("systemctl", "kill", "--kill-whom=all", f"--signal={name}", self.unit)
+
+    def restart(self, killed_at: float) -> None:
+        """Start the killed trainer again, as a rejoining incarnation (see the module docstring)."""
+        log = self.results_dir / "trainer.log"
+        if log.exists():
+            os.replace(log, self.results_dir / f"trainer.{self.incarnation}.log")
+        self.incarnation += 1
+        document = {"incarnation": self.incarnation, "killed_at": killed_at, "restarted_at": time.time()}
+        tmp = self.results_dir / (REJOIN_FILE + ".tmp")
+        tmp.write_text(json.dumps(document) + "\n")
+        os.replace(tmp, self.results_dir / REJOIN_FILE)
+        sh("systemctl", "start", self.unit)
 
     def interface(self) -> str:
         fields = sh("ip", "-o", "-4", "addr", "show", "to", self.address).split()
@@ -137,8 +156,10 @@ def wait_until(moment: float, host: Host) -> bool:
 
 def apply(fault: dict, host: Host, on: bool) -> None:
     kind = fault["kind"]
-    if kind == "kill":
+    if kind == "kill" or (kind == "restart" and on):
         host.signal("SIGKILL")
+    elif kind == "restart":
+        host.restart(fault["applied_at"])
     elif kind == "pause":
         host.signal("SIGSTOP" if on else "SIGCONT")
     elif kind == "partition":
@@ -149,7 +170,8 @@ def apply(fault: dict, host: Host, on: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     faults = sorted(json.loads(args.faults), key=lambda f: f["at_seconds"])
-    host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p])
+    started_json = Path(args.started)
+    host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p], started_json.parent)
     timeline = Timeline(Path(args.timeline), faults)
     timeline.save()
     launched, deadline = time.time(), time.time() + args.timeout
@@ -164,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             timeline.note(entry, status="failed", detail=str(exc))
     start = None
     while start is None and time.time() < deadline and not host.ended():
-        start = barrier_release(Path(args.started), launched)
+        start = barrier_release(started_json, launched)
         if start is None:
             time.sleep(POLL_SECONDS)
     if start is None:
@@ -185,8 +207,12 @@ def run(args: argparse.Namespace) -> int:
         timeline.note(entry, status="applied", applied_at=applied, applied_seconds=round(applied - start, 3))
         if entry["duration_seconds"] is None:
             continue
+        heal_at = start + entry["at_seconds"] + entry["duration_seconds"]
         try:  # healed even when the agent is stopped meanwhile (SIGTERM: see main)
-            wait_until(start + entry["at_seconds"] + entry["duration_seconds"], host)
+            if entry["kind"] == "restart":  # the trainer is down on purpose: the whole downtime
+                time.sleep(max(0.0, heal_at - time.time()))
+            else:
+                wait_until(heal_at, host)
         finally:
             heal(entry, host, timeline, start)
     return 0
