@@ -165,7 +165,7 @@ REJOIN_FILE = "rejoin.json"
 REJOINS_FILE = "rejoins.jsonl"
 RESULT_FILES = (
     CONFIG_FILE, STEPS_FILE, ROUNDS_FILE, EVALS_FILE, SUMMARY_FILE, MULTIADDRS_FILE, STARTED_FILE,
-    REJOIN_FILE, REJOINS_FILE,
+    REJOINS_FILE,
 )  # fmt: skip
 
 _INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"}

@@ -62,6 +62,22 @@ def _load_validation():
                 "partition:peer-04@30s+20s and slow:peer-04@40s=50mbit overlap on peer-04",
             ],
         ),
+        (
+            # issue 31: churn with no time between failures, and a downtime longer than the run
+            {"peers": 4, "churn": "mtbf=0 downtime=2h"},
+            [
+                "churn: mtbf must be above 0 s (got 0)",
+                "churn: downtime=7200 s is longer than the run (3600 s)",
+            ],
+        ),
+        (
+            {"strategy": "baseline", "faults": "restart:peer-01@5s+5s"},
+            "faults: a baseline run has one host and nobody to fail against",
+        ),
+        (
+            {"strategy": "ddp", "peers": 2, "faults": "restart:peer-02@5s+5s"},
+            "faults: restart:peer-02@5s+5s: a restarted peer rejoins only a hivemind run (got strategy=ddp",
+        ),
     ],
 )
 def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_path):
