@@ -181,3 +181,29 @@ def test_stats_summary() -> None:
         "total": pytest.approx(2.0),
     }
     assert percentile([], 0.5) is None and percentile([3.0, 1.0, 2.0], 0.95) == pytest.approx(2.9)
+
+
+def test_a_rejoining_incarnation_appends_on_the_runs_clock(tmp_path) -> None:
+    """Issue 31: a restarted trainer keeps the killed incarnation's rows and the run's first barrier release;
+    its rounds go on numbering where the killed one stopped."""
+    from experiment.results import REJOIN_FILE, last_step, take_rejoin
+
+    def step(number: int, timestamp: float) -> StepRecord:
+        return StepRecord(number, timestamp, 0.1, 0.2, 0.1, 0.0, 0.4, 16, 2.0, 0, 2)
+
+    first = ResultsWriter(tmp_path)
+    first.start_clock(1000.0)
+    first.write_step(step(1, 1001.0))
+    first.write_round(RoundRecord(timestamp=1001.5, epoch=0, kind="gradients", outcome="ok", group_size=2))
+    first.flush()  # then SIGKILL: no summary, no close
+    (tmp_path / REJOIN_FILE).write_text(json.dumps({"incarnation": 2, "restarted_at": 1010.0}))
+    assert take_rejoin(tmp_path) == {"incarnation": 2, "restarted_at": 1010.0}
+    assert not (tmp_path / REJOIN_FILE).exists() and last_step(tmp_path) == 1
+    again = ResultsWriter(tmp_path, append=True)
+    again.start_clock(1020.0)  # its own barrier release: the rows stay on the run's clock
+    again.write_step(step(2, 1021.0))
+    assert again.write_round(RoundRecord(timestamp=1021.5, epoch=3, kind="gradients", outcome="ok")) == 2
+    again.close()
+    assert [(s["step"], s["wall_seconds"]) for s in read_steps(tmp_path)] == [(1, 1.0), (2, 21.0)]
+    assert [r["round"] for r in read_rounds(tmp_path)] == [1, 2]
+    assert json.loads((tmp_path / "started.json").read_text())["barrier_released_at"] == 1000.0
