@@ -26,7 +26,7 @@ from typing import Any
 KINDS = ("kill", "pause", "partition", "slow", "restart")
 NEEDS_DURATION = ("pause", "partition", "restart")
 #: strategies whose peers can come back into a running collaboration (restart, churn)
-REJOINING_STRATEGIES = ("hivemind",)
+REJOINING_STRATEGIES = ("hivemind", "diloco")
 _FAULT = re.compile(
     r"^(?P<kind>[a-z_]+):(?P<host>[^@\s]+)@(?P<at>start|[0-9.]+[a-z]*)"
     r"(?:\+(?P<duration>[0-9.]+[a-z]*))?(?:=(?P<rate>[0-9.]+[a-z]*))?$"
@@ -159,7 +159,9 @@ host)']
     if isinstance(text, (list, tuple)):  # -e '{"faults": [...]}'
         text = ",".join(str(item) for item in text)
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
-    bootstrap = hosts[0] if hosts and dht_host is None else None
+    # the peer the others join through (Hivemind's first peer, unless a DHT-only node does it; DiLoCo's
+    # rendezvous is only the start's)
+    bootstrap = hosts[0] if hosts and dht_host is None and strategy != "diloco" else None
     faults = [f for f in (_parse_one(spec, hosts, errors, bootstrap) for spec in specs) if f is not None]
     schedule = None
     if churn not in (None, "") and strategy == "baseline":

@@ -79,8 +79,8 @@ class RunSession:
         config = self.config
         self.rejoin = take_rejoin(config.results_dir)
         if self.rejoin is not None:
-            if config.strategy != "hivemind":
-                what = "a restarted trainer rejoins only a hivemind run"
+            if config.strategy not in ("hivemind", "diloco"):
+                what = "a restarted trainer rejoins only a hivemind or diloco run"
                 raise ConfigError(what, "strategy", config.strategy)
             # a killed trainer started again: its results so far stay, the new rows follow them
             self.rejoin["steps_before"] = last_step(config.results_dir)
@@ -128,6 +128,14 @@ class RunSession:
         if self.telemetry is not None:
             self.telemetry.observe_round(record)
 
+    def on_rejoined(self, cost: dict[str, Any]) -> None:
+        """A restarted trainer has the collaboration's state: what that cost goes to rejoins.jsonl at once,
+        kept whatever happens to this incarnation."""
+        if self.rejoin is None:
+            return
+        self.rejoin.update(cost, process_started_at=self.start_timestamp, rejoined_at=time.time())
+        append_rejoin(self.config.results_dir, self.rejoin)
+
     def execute(self) -> int:
         """Strategy setup, start barrier, training, finish and summary; returns the exit code."""
         config = self.config
@@ -136,8 +144,8 @@ class RunSession:
         loop: TrainingLoop | None = None
         try:
             self.signals.interrupting = True
-            if self.rejoin is not None:
-                strategy.rejoining = True
+            if self.rejoin is not None:  # the strategy calls on_rejoined once the state is downloaded
+                strategy.rejoining, strategy.on_rejoined = True, self.on_rejoined
             try:
                 strategy.setup(self.model, config, self.on_round)
             except (ValueError, ConnectionError) as exc:
@@ -153,11 +161,6 @@ class RunSession:
                 print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
                 return exit_code
             self.barrier_release = time.time()
-            if self.rejoin is not None:  # what this rejoin cost, kept whatever happens to this incarnation
-                cost = getattr(strategy, "summary_details", dict)().get("rejoin", {})
-                self.rejoin.update(cost, process_started_at=self.start_timestamp)
-                self.rejoin["rejoined_at"] = self.barrier_release
-                append_rejoin(config.results_dir, self.rejoin)
             self.process_roles = strategy.process_roles()
             self.cpu_at_release = cpu_usage.snapshot(self.process_roles)
             self.net_at_release = netcounters.snapshot()

@@ -76,7 +76,7 @@ def _load_validation():
         ),
         (
             {"strategy": "ddp", "peers": 2, "faults": "restart:peer-02@5s+5s"},
-            "faults: restart:peer-02@5s+5s: a restarted peer rejoins only a hivemind run (got strategy=ddp",
+            "faults: restart:peer-02@5s+5s: a restarted peer rejoins only a hivemind/diloco run (got strategy=ddp",  # noqa: E501
         ),
     ],
 )

@@ -4,6 +4,7 @@ cluster."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from test_data_parallel_runs import finish, free_port, start_ranks
 from trainer_testing import REPO, trainer_command, trainer_env
 
-from experiment.results import read_rounds, read_steps, read_summary
+from experiment.results import REJOIN_FILE, REJOINS_FILE, read_rounds, read_steps, read_summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -89,7 +90,10 @@ def test_the_target_loss_of_one_replica_stops_both_at_the_next_sync(tmp_path, li
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_replica_is_dropped_and_the_others_finish(tmp_path, lighthouse):
+def test_a_killed_replica_is_dropped_then_restarted_and_healed(tmp_path, lighthouse):
+    """Issue 27: a SIGKILLed replica is dropped from the quorum and the others go on. Issue 31: started again
+    (as the fault agent does: rejoin.json, then the same command), it skips the rendezvous, is healed from a
+    peer at its first sync, and finishes with its results appended to the killed incarnation's."""
     processes = _replicas(tmp_path, lighthouse, 3, "--max-steps", "400")
     *survivors, victim = processes
     deadline = time.monotonic() + 120
@@ -97,8 +101,24 @@ def test_a_killed_replica_is_dropped_and_the_others_finish(tmp_path, lighthouse)
         assert time.monotonic() < deadline and victim.poll() is None, victim.log_path.read_text()[-2000:]
         time.sleep(0.2)
     victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
     killed_at = time.time()
+    steps_before = len(read_steps(victim.results))
+    # the survivors sync without it (after the Lighthouse's heartbeat timeout), then it comes back
+    deadline = time.monotonic() + 120
+
+    def synced_without_it() -> bool:
+        rounds = read_rounds(survivors[0].results)
+        return any(r["group_size"] == 2 for r in rounds if r["timestamp"] > killed_at)
+
+    while not synced_without_it():
+        assert time.monotonic() < deadline and survivors[0].poll() is None, survivors[0].log_path.read_text()
+        time.sleep(0.2)
+    (victim.results / REJOIN_FILE).write_text(json.dumps({"incarnation": 2, "killed_at": killed_at}))
+    (restarted,) = _replicas(tmp_path, lighthouse, 3, "--max-steps", "400", ranks=[2])
+    assert restarted.results == victim.results  # the killed incarnation's results directory
     assert finish(survivors, 200) == [0, 0], [p.log_path.read_text()[-2000:] for p in survivors]
+    assert finish([restarted], 200) == [0], restarted.log_path.read_text()[-3000:]
     summaries = [read_summary(p.results) for p in survivors]
     assert [s["exit_reason"] for s in summaries] == ["max_steps", "max_steps"]
     details = [s["strategy_details"] for s in summaries]
@@ -111,7 +131,16 @@ def test_a_killed_replica_is_dropped_and_the_others_finish(tmp_path, lighthouse)
         assert before and set(before) == {3}, rounds
         # the first sync after the kill waits out the Lighthouse's heartbeat timeout (or fails), then the
         # quorum goes on without the dead replica
-        assert after and after[-1] == 2 and set(after) <= {2, 3}, rounds
+        assert 2 in after and set(after) <= {2, 3}, rounds
+    # the restarted replica: healed from a peer (its state's bytes counted), steps numbered on, one summary
+    (rejoin,) = [json.loads(line) for line in (victim.results / REJOINS_FILE).read_text().splitlines()]
+    assert rejoin["incarnation"] == 2 and rejoin["steps_before"] == steps_before, rejoin
+    assert rejoin["state_download_bytes"] > 0 and rejoin["state_download_seconds"] >= 0, rejoin
+    steps = read_steps(victim.results)
+    assert [row["step"] for row in steps] == list(range(1, len(steps) + 1)), "steps numbered on"
+    summary = read_summary(victim.results)
+    assert summary["exit_reason"] == "max_steps" and summary["rejoin"]["incarnation"] == 2, summary
+    assert summary["strategy_details"]["heals"] >= 1, summary["strategy_details"]
 
 
 def test_diloco_without_a_lighthouse_is_refused(tmp_path):

@@ -20,6 +20,11 @@ its cause when it did not commit. The sync's whole time is the step's averaging 
 
 Every replica advertises its cluster address: the one its route to the Lighthouse leaves from. Its TCPStore,
 manager server and checkpoint server listen on ephemeral ports (the firewall opens the range for gloo).
+
+A restarted replica (``rejoining``: a restart fault or churn, docs/faults.md) skips the rendezvous, which the
+others left long ago, and joins the next quorum as a replica at step 0: torchft heals it there from a peer's
+checkpoint (the model, the inner optimizer and DiLoCo's copy of the parameters and outer optimizer). The
+download is timed and its bytes counted (``on_rejoined``).
 """
 
 from __future__ import annotations
@@ -72,6 +77,10 @@ class DiLoCoStrategy(CollectiveStrategy):
         self._syncs = {"ok": 0, "failed": 0}
         self._smallest_quorum: int | None = None
         self._gradient_bytes = 0
+        #: set by the runner before setup when this start is a restart of a killed trainer
+        self.rejoining = False
+        self.on_rejoined: Any = None
+        self._rejoin_started = 0.0
 
     @property
     def sync_every(self) -> int:
@@ -83,6 +92,11 @@ class DiLoCoStrategy(CollectiveStrategy):
         """The collectives' start barrier (the same parameters everywhere), then the replica on its own."""
         import torch.distributed as dist
 
+        if self.rejoining:  # the others left the rendezvous long ago: straight to the next quorum
+            self._rejoin_started = time.monotonic()
+            self._after_rendezvous()
+            log.info("rejoining: the next sync's quorum heals this replica from a peer")
+            return time.monotonic() - self._rejoin_started
         waited = super().wait_for_start()
         dist.destroy_process_group()
         return waited
@@ -101,11 +115,20 @@ class DiLoCoStrategy(CollectiveStrategy):
         address = route_address(lighthouse_host, int(lighthouse_port))
         timeout = datetime.timedelta(seconds=times.averaging_timeout)
 
+        strategy = self
+
         class ClusterTransport(HTTPTransport):
-            """torchft's checkpoint server, advertised at the cluster address instead of the host name."""
+            """torchft's checkpoint server, advertised at the cluster address instead of the host name; a
+            checkpoint received (this replica healed) is timed and counted."""
 
             def address(self) -> str:
                 return super().address().replace(f"//{socket.gethostname()}:", f"//{address}:", 1)
+
+            def recv_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+                started = time.monotonic()
+                state = super().recv_checkpoint(*args, **kwargs)
+                strategy._healed(time.monotonic() - started, state)
+                return state
 
         self.optimizer = build_optimizer(config.optimizer, model.parameters(), config.learning_rate)
         self.outer_optimizer = torch.optim.SGD(
@@ -162,6 +185,24 @@ class DiLoCoStrategy(CollectiveStrategy):
                 self._quorum_seconds += time.perf_counter() - started
 
         self.manager.start_quorum = timed
+
+    def _healed(self, seconds: float, state: Any) -> None:
+        """torchft healed this replica from a peer: a restarted one has rejoined."""
+        from trainer.memory import tensor_bytes
+
+        cost = {
+            "state_download_seconds": round(seconds, 3),
+            "state_download_bytes": tensor_bytes(_tensors(state)),
+            "epoch_before": 0,
+            "progress_wait_seconds": round(time.monotonic() - self._rejoin_started - seconds, 3),
+        }
+        log.info("healed from a peer in %.2f s (%d bytes)", seconds, cost["state_download_bytes"])
+        self._details.setdefault("heals", 0)
+        self._details["heals"] += 1
+        if self.rejoining and "rejoin" not in self._details:
+            self._details["rejoin"] = cost
+            if self.on_rejoined is not None:
+                self.on_rejoined(cost)
 
     def _inner_step_done(self, *_: Any) -> None:
         self._inner_done_at = time.perf_counter()
@@ -281,6 +322,17 @@ def dist_store(address: str) -> Any:
     from torch.distributed import TCPStore
 
     return TCPStore(address, 0, is_master=True, wait_for_workers=False)
+
+
+def _tensors(state: Any) -> list[torch.Tensor]:
+    """Every tensor in a (nested) state dict."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for value in state.values() for t in _tensors(value)]
+    if isinstance(state, (list, tuple)):
+        return [t for value in state for t in _tensors(value)]
+    return []
 
 
 def _short(error: Any) -> str:

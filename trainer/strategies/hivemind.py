@@ -84,8 +84,10 @@ class HivemindStrategy:
     finishes_collectively = True
 
     def __init__(self) -> None:
-        #: set by the runner before setup when this start is a restart of a killed trainer
+        #: set by the runner before setup when this start is a restart of a killed trainer; on_rejoined gets
+        #: what the state download cost
         self.rejoining = False
+        self.on_rejoined: Any = None
         self.config: RunConfig | None = None
         self.model: torch.nn.Module | None = None
         self.dht: Any = None
@@ -176,6 +178,8 @@ class HivemindStrategy:
         started = time.monotonic()
         if self.rejoining:
             self._details["rejoin"] = self._download_state()
+            if self.on_rejoined is not None:
+                self.on_rejoined(self._details["rejoin"])
         elif optimizer.tracker.global_epoch > optimizer.local_epoch:
             log.info("run under way at epoch %d: loading state from peers", optimizer.tracker.global_epoch)
             optimizer.load_state_from_peers()
