@@ -23,9 +23,9 @@ STARTED = PEERS[:4]  # peer-05 is killed before the start barrier; the other fou
 # Long enough for five peers' trainers to start on 2 cores: the bootstrap peer starts first, and its barrier
 # must still see the three others arrive (with 30 s it gave up with two of them, and the run was incomplete).
 START_TIMEOUT = 60
-# Seed 30 draws two leaves, peer-04 at 7.7 s and peer-02 at 17.2 s, each down for 5 s (the partition's peer
+# Seed 30 draws two leaves, peer-04 at 3.9 s and peer-02 at 8.6 s, each down for 4 s (the partition's peer
 # and the bootstrap peer never leave; at least min_peers stay up).
-CHURN = "mtbf=10s downtime=5s seed=30 until=30s"
+CHURN = "mtbf=5s downtime=4s seed=30 until=14s"
 CHURNED = ["peer-04", "peer-02"]
 # small and quick (tests/e2e/test_local_cluster.py's FAST), long enough for the churn and the partition
 SETTINGS = {
@@ -172,8 +172,10 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-# Issue 27: the same kill during a DiLoCo run. Three replicas sync every 50 steps through torchft's Lighthouse
-# on the monitor host; peer-03 dies 6 s after the barrier's release, between or during a sync.
+# Issues 27 and 31: the same churn during a DiLoCo run. Three replicas sync every 50 steps through torchft's
+# Lighthouse on the monitor host. The same churn settings and seed draw the same leave times and downtimes
+# (3.9 s and 8.6 s, 4 s each), here of peer-02 and peer-03 (DiLoCo has no bootstrap peer to spare). 2000
+# steps last about 30 s here: the restarted replicas come back while the others still train.
 DILOCO = {
     "model": "smallcnn",
     "dataset": "synthetic",
@@ -185,54 +187,71 @@ DILOCO = {
     "cpu_probe_seconds": 0,
     "strategy": "diloco",
     "peers": 3,
-    "max_steps": 900,
+    "max_steps": 2000,
     "sync_every": 50,
     "averaging_timeout": 15,
     "start_timeout": START_TIMEOUT,
-    "experiment_id": "e2e-diloco-kill",
-    "faults": "kill:peer-03@6s",
+    "experiment_id": "e2e-diloco-churn",
+    "churn": CHURN,
 }
 
 
-def test_a_diloco_run_survives_a_killed_replica(tmp_path):
+def test_a_diloco_run_survives_the_same_churn(tmp_path, chance):
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **DILOCO))
     assert run.returncode == 0, run.output[-8000:]
-    results = tmp_path / "e2e-diloco-kill"
+    results = tmp_path / "e2e-diloco-churn"
     experiment = read_json(results / "experiment.json")
     assert experiment["complete"] is True, experiment["incomplete_reason"]
-    assert {p.split(": ")[0] for p in experiment["expected_incomplete"]} == {"peer-03"}
-    (kill,) = experiment["faults"]
-    assert kill["status"] == "applied" and abs(kill["applied_seconds"] - 6) < 2, kill
+    assert experiment["expected_incomplete"] == []
+    restarts = experiment["faults"]
+    assert [(f["kind"], f["host"], f["status"]) for f in restarts] == [
+        ("restart", "peer-02", "healed"),
+        ("restart", "peer-03", "healed"),
+    ], restarts
+    assert [f["at_seconds"] for f in restarts] == [3.873, 8.594]  # the Hivemind run's leave times
+    assert experiment["churn"]["seed"] == 30 and experiment["churn"]["leaves"] == 2
     # the Lighthouse ran on the monitor host, bound to its cluster address, and its log came back
     assert experiment["lighthouse"]["host"] == "monitor", experiment["lighthouse"]
     lighthouse = (results / experiment["lighthouse"]["log"]).read_text()
     assert "Lighthouse listening on" in lighthouse and "Received quorum request" in lighthouse
 
-    survivors = [read_json(results / peer / "summary.json") for peer in ("peer-01", "peer-02")]
-    assert [s["exit_reason"] for s in survivors] == ["max_steps", "max_steps"]
-    details = [s["strategy_details"] for s in survivors]
-    assert details[0]["final_params_sha256"] == details[1]["final_params_sha256"]
+    hosts = ("peer-01", "peer-02", "peer-03")
+    summaries = {peer: read_json(results / peer / "summary.json") for peer in hosts}
+    assert {s["exit_reason"] for s in summaries.values()} == {"max_steps"}, summaries
+    details = summaries["peer-01"]["strategy_details"]
     network_prefix = experiment["hosts"]["peer-01"]["address"].rsplit(".", 1)[0]
-    assert details[0]["lighthouse"] == f"{network_prefix}.10:29510"  # the monitor host's cluster address
-    assert experiment["lighthouse"]["endpoint"] == details[0]["lighthouse"]
-    assert details[0]["sync_every"] == 50  # the run's settings reached the replicas through the role
-    for peer, summary in zip(("peer-01", "peer-02"), survivors, strict=True):
-        rounds = _rows(results / peer / "rounds.csv")
-        assert {r["kind"] for r in rounds} == {"parameters"}
-        assert all(r["cause"] for r in rounds if r["outcome"] != "ok"), rounds
-        sizes = [int(r["group_size"]) for r in rounds if r["outcome"] == "ok"]
-        assert sizes[0] == 3 and sizes[-1] == 2, sizes  # the quorum went on without the dead replica
-        # the pseudo-gradients of one sync per 50 steps: far fewer bytes per sample than a gradient per step
-        assert 0 < summary["network"]["sent_bytes_per_sample"] < 10_000, summary["network"]
-    assert not (results / "peer-03" / "summary.json").exists()
+    assert details["lighthouse"] == f"{network_prefix}.10:29510"  # the monitor host's cluster address
+    assert experiment["lighthouse"]["endpoint"] == details["lighthouse"]
+    assert details["sync_every"] == 50  # the run's settings reached the replicas through the role
+    rounds = _rows(results / "peer-01" / "rounds.csv")
+    assert {r["kind"] for r in rounds} == {"parameters"}
+    assert all(r["cause"] for r in rounds if r["outcome"] != "ok"), rounds
+    sizes = [int(r["group_size"]) for r in rounds if r["outcome"] == "ok"]
+    assert sizes[0] == 3 and set(sizes) <= {1, 2, 3}, sizes
+    # a sync while a replica was down: torchft failed it, or formed a quorum without it (which, depends on
+    # where in the sync the kill fell and on the Lighthouse's heartbeat and join timeouts)
+    after = [r for r in rounds if float(r["timestamp"]) > restarts[0]["applied_at"]]
+    touched = [r for r in after if r["outcome"] != "ok" or r["group_size"] == "2"]
+    outcomes = [(r["outcome"], r["group_size"]) for r in after[:5]]
+    chance.expect(touched, "the churn cost peer-01 a sync or a smaller quorum", outcomes)
+    # the pseudo-gradients of one sync per 50 steps: far fewer bytes per sample than a gradient per step
+    assert 0 < summaries["peer-01"]["network"]["sent_bytes_per_sample"] < 10_000
+    # each restarted replica was healed from a peer (torchft's checkpoint) and finished its steps
+    for restart in restarts:
+        peer_dir = results / restart["host"]
+        (rejoin,) = _jsonl(peer_dir / "rejoins.jsonl")
+        assert rejoin["incarnation"] == 2 and rejoin["state_download_bytes"] > 0, rejoin
+        assert summaries[restart["host"]]["strategy_details"]["heals"] >= 1
 
     report = subprocess.run(
         [str(BIN / "trainer"), "report", str(tmp_path), "--out", str(tmp_path / "report")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-3000:]
-    (cost,) = _rows(tmp_path / "report" / "faults.csv")
-    assert cost["fault"] == "kill:peer-03@6s" and cost["rejoined"] == "True", cost
-    assert float(cost["recovered_after_seconds"]) >= 0 and int(cost["samples_lost"]) >= 0, cost
+    costs = {row["fault"]: row for row in _rows(tmp_path / "report" / "faults.csv")}
+    for restart in restarts:
+        row = costs[restart["spec"]]
+        assert float(row["first_step_after_seconds"]) > 0 and int(row["state_download_bytes"]) > 0, row
+        assert int(row["samples_lost"]) >= 0 and int(row["rounds_failed"]) >= 0, row
     strategies = {row["strategy"]: row for row in _rows(tmp_path / "report" / "strategies.csv")}
     assert "diloco" in strategies, strategies
