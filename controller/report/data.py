@@ -49,6 +49,9 @@ SETTING_KEYS = (
     "bandwidth_mbit",
     "preprocessing",
     "data_workers",
+    "matchmaking_time",
+    "averaging_timeout",
+    "churn",
 )
 
 
@@ -134,7 +137,14 @@ class Experiment:
             return f"{self.strategy_label()} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
-        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}"
+        # the timeouts (issue 31: grids/timeouts.yml varies them), in the modelled machine's seconds
+        timeouts = (
+            f" mm{float(s['matchmaking_time']):g}/at{float(s['averaging_timeout']):g}"
+            if s.get("matchmaking_time") and s.get("averaging_timeout")
+            else ""
+        )
+        churn = " churn" if s.get("churn") else ""
+        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}{timeouts}{churn}"
 
     def data_pipeline(self) -> tuple[str, int]:
         """(an image folder's preprocessing, "" for in-memory datasets; DataLoader workers)."""

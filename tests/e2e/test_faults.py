@@ -14,7 +14,7 @@ import pytest
 from e2e_support import extra_vars, read_json, run_playbook
 from shared_cluster import BIN
 
-from controller.faults import testbed_faults
+from controller import faults as fault_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("local_cluster")]
 
@@ -98,7 +98,7 @@ def test_kill_before_the_barrier_then_churn_and_a_partition_during_the_run(tmp_p
     # the churn: drawn from the recorded seed (the same seed gives the same schedule), two leaves and rejoins
     churn = experiment["churn"]
     assert (churn["seed"], churn["leaves"], churn["min_peers"]) == (30, 2, 2), churn
-    again = testbed_faults(
+    again = fault_plan.testbed_faults(
         SETTINGS["faults"], PEERS, "hivemind", SETTINGS["run_timeout"], churn=CHURN, min_peers=2
     )
     assert [f["spec"] for f in again["faults"]] == [f["spec"] for f in faults], faults
