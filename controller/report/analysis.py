@@ -36,6 +36,7 @@ from controller.report.metrics import (
     total,
     wall_seconds,
 )
+from controller.report.timeouts import timeouts_table
 from experiment.results import ROUND_CAUSES, percentile
 
 BREAKDOWN_PARTS = ("data", "compute", "averaging", "optimizer_local", "other")
@@ -98,6 +99,7 @@ def analyse(
     analysis.tables["prediction"] = prediction_table(analysis, rows)
     analysis.tables["network_thresholds"] = _network_thresholds(analysis.tables["network"].rows)
     analysis.tables["faults"] = faults_table(experiments)
+    analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = _preprocessing(analysis, rows)
     return analysis
 

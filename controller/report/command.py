@@ -24,6 +24,7 @@ from controller.report.analysis import Analysis, analyse, effect_verdicts, prepr
 from controller.report.data import Experiment, load_experiments
 from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import __doc__ as DEFINITIONS
+from controller.report.timeouts import recommendation_lines
 
 _BANDWIDTH = re.compile(
     r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)(bit|b|B|byte)?(?:/s|ps)?\s*$"
@@ -234,6 +235,11 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"![{path.stem}]({path.name})" for path in faults),
         "",
         _section(analysis, "faults", heading=False),
+        "## Timeouts: which matchmaking_time and averaging_timeout to use (grids/timeouts.yml)",
+        "",
+        *(recommendation_lines(analysis.tables["timeouts"]) or ["No group tried more than one pair."]),
+        "",
+        _section(analysis, "timeouts", heading=False),
         _section(analysis, "preprocessing"),
         *(f"- {line}" for line in preprocessing_factors(analysis.tables["preprocessing"])),
         "",

@@ -1,0 +1,176 @@
+"""Timeouts chosen by measurement (issue 31, grids/timeouts.yml): which ``matchmaking_time`` and
+``averaging_timeout`` reach the target loss soonest.
+
+Experiments that share every other setting (strategy, peers, model, data, batch size, link, churn, ...) form
+one group; within it each (matchmaking_time, averaging_timeout) pair is a candidate with its repeats. The
+target is the group's own: the highest final smoothed loss of any of its runs, so every run reaches it
+(the baselines' target does not apply: a timeouts grid need not run one). Per candidate: the mean time to
+that target with a 95 % bootstrap interval over its repeats, and the failed rounds per run.
+
+The recommendation is the candidate with the smallest mean time to target; a candidate whose interval
+overlaps the fastest one's is tied with it, and among the tied the fewest failed rounds win (then the
+fastest). With one repeat there are no intervals, so nothing is tied: the report says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from controller.report.data import Experiment
+from controller.report.intervals import bootstrap_interval
+from controller.report.metrics import Table, time_to_target
+
+TIMEOUT_KEYS = ("matchmaking_time", "averaging_timeout")
+COLUMNS = (
+    "group",
+    "matchmaking_time",
+    "averaging_timeout",
+    "repeats",
+    "target_loss",
+    "time_to_target_mean",
+    "time_to_target_ci_low",
+    "time_to_target_ci_high",
+    "rounds_failed_per_run",
+    "samples_per_second_mean",
+    "recommended",
+    "why",
+)
+
+
+def _group_key(e: Experiment) -> tuple[Any, ...]:
+    return tuple(item for item in e.setting_key() if item[0] not in TIMEOUT_KEYS)
+
+
+def _group_label(e: Experiment) -> str:
+    label = e.label()
+    return label.split(" mm", 1)[0] + (" churn" if e.settings.get("churn") else "")
+
+
+def timeouts_table(
+    experiments: list[Experiment], curves: dict[str, Any], rows: dict[str, dict[str, Any]]
+) -> Table:
+    """One row per timeout pair of every group that tried more than one (see the module docstring).
+
+    ``curves``: per experiment its smoothed loss curve (times, losses); ``rows``: the experiments table's rows
+    (samples_per_second, rounds_failed)."""
+    groups: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
+    for e in experiments:
+        if e.strategy == "hivemind" and not e.is_noise_floor and all(e.settings.get(k) for k in TIMEOUT_KEYS):
+            groups[_group_key(e)].append(e)
+    table: list[dict[str, Any]] = []
+    for members in groups.values():
+        pairs: dict[tuple[float, float], list[Experiment]] = defaultdict(list)
+        for e in members:
+            pairs[tuple(float(e.settings[k]) for k in TIMEOUT_KEYS)].append(e)
+        if len(pairs) < 2:
+            continue
+        finals = [curves[e.experiment_id][1][-1] for e in members if curves[e.experiment_id][1]]
+        if not finals:
+            continue
+        target = max(finals)
+        label = _group_label(members[0])
+        candidates = [_candidate(label, pair, runs, target, curves, rows) for pair, runs in pairs.items()]
+        table.extend(recommend(candidates))
+    title = "Timeouts: time to the group's target loss per setting, and the one to use"
+    return Table("timeouts", title, COLUMNS, table)
+
+
+def _candidate(
+    group: str,
+    pair: tuple[float, float],
+    runs: list[Experiment],
+    target: float,
+    curves: dict[str, Any],
+    rows: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    times = [t for e in runs if (t := time_to_target(curves[e.experiment_id], target)) is not None]
+    interval = bootstrap_interval([times], statistics.fmean)
+    rates = [float(r) for e in runs if (r := rows[e.experiment_id].get("samples_per_second")) is not None]
+    failed = [float(rows[e.experiment_id].get("rounds_failed") or 0) for e in runs]
+    return {
+        "group": group,
+        "matchmaking_time": pair[0],
+        "averaging_timeout": pair[1],
+        "repeats": len(runs),
+        "target_loss": target,
+        "time_to_target_mean": statistics.fmean(times) if times else None,
+        "time_to_target_ci_low": interval[0] if interval else None,
+        "time_to_target_ci_high": interval[1] if interval else None,
+        "rounds_failed_per_run": statistics.fmean(failed) if failed else None,
+        "samples_per_second_mean": statistics.fmean(rates) if rates else None,
+    }
+
+
+def recommend(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mark the recommended candidate of one group (``recommended``, ``why``); fastest first.
+
+    >>> rows = recommend([
+    ...     {"matchmaking_time": 5.0, "averaging_timeout": 60.0, "time_to_target_mean": 30.0,
+    ...      "time_to_target_ci_low": 26.0, "time_to_target_ci_high": 34.0, "rounds_failed_per_run": 0.0},
+    ...     {"matchmaking_time": 1.0, "averaging_timeout": 10.0, "time_to_target_mean": 28.0,
+    ...      "time_to_target_ci_low": 25.0, "time_to_target_ci_high": 31.0, "rounds_failed_per_run": 4.0},
+    ...     {"matchmaking_time": 2.0, "averaging_timeout": 10.0, "time_to_target_mean": 45.0,
+    ...      "time_to_target_ci_low": 40.0, "time_to_target_ci_high": 50.0, "rounds_failed_per_run": 0.0}])
+    >>> [(r["matchmaking_time"], r["recommended"]) for r in rows]
+    [(1.0, False), (5.0, True), (2.0, False)]
+    >>> rows[1]["why"]
+    'tied with the fastest (intervals overlap), fewer failed rounds (0 vs 4 per run)'
+    """
+    reached = [c for c in candidates if c.get("time_to_target_mean") is not None]
+    reached.sort(key=lambda c: c["time_to_target_mean"])
+    others = [c for c in candidates if c.get("time_to_target_mean") is None]
+    for c in candidates:
+        c.update(recommended=False, why="")
+    for c in others:
+        c["why"] = "never reached the target"
+    if not reached:
+        return reached + others
+    fastest = reached[0]
+    tied = [c for c in reached if c is fastest or _overlap(c, fastest)]
+    choice = min(tied, key=lambda c: (c.get("rounds_failed_per_run") or 0.0, c["time_to_target_mean"]))
+    choice["recommended"] = True
+    if choice is fastest and len(tied) == 1:
+        choice["why"] = (
+            "fastest to the target"
+            if fastest.get("time_to_target_ci_low") is not None
+            else "fastest to the target (one repeat: no interval, so no ties)"
+        )
+    elif choice is fastest:
+        choice["why"] = "fastest to the target, and no more failed rounds than those tied with it"
+    else:
+        ours, theirs = choice.get("rounds_failed_per_run") or 0, fastest.get("rounds_failed_per_run") or 0
+        choice["why"] = (
+            f"tied with the fastest (intervals overlap), fewer failed rounds ({ours:g} vs {theirs:g} per run)"
+        )
+    return reached + others
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    bounds = (a.get("time_to_target_ci_low"), a.get("time_to_target_ci_high"))
+    other = (b.get("time_to_target_ci_low"), b.get("time_to_target_ci_high"))
+    if None in bounds or None in other:
+        return False
+    return bounds[0] <= other[1] and other[0] <= bounds[1]
+
+
+def recommendation_lines(table: Table) -> list[str]:
+    """The report's section: per group the recommended timeouts and the evidence."""
+    lines = []
+    for row in table.rows:
+        if not row.get("recommended"):
+            continue
+        group = [r for r in table.rows if r["group"] == row["group"]]
+        interval = (
+            f" (95 % interval {row['time_to_target_ci_low']:.1f}-{row['time_to_target_ci_high']:.1f} s)"
+            if row.get("time_to_target_ci_low") is not None
+            else ""
+        )
+        lines.append(
+            f"- **{row['group']}**: matchmaking_time={row['matchmaking_time']:g} s, "
+            f"averaging_timeout={row['averaging_timeout']:g} s: {row['time_to_target_mean']:.1f} s to loss "
+            f"{row['target_loss']:.3f}{interval}, {row['rounds_failed_per_run']:g} failed rounds per run, "
+            f"over {row['repeats']} repeat(s); {row['why']}. {len(group)} settings tried (timeouts.csv)."
+        )
+    return lines
