@@ -22,7 +22,7 @@ def _run(name: str, matchmaking: float, timeout: float, seconds_per_step: float,
     ]  # fmt: skip
     rounds = [{"timestamp": T0 + 1, "epoch": 0, "outcome": "timeout", "cause": "no_group"}] * failed
     settings = {"strategy": "hivemind", "peers": 4, "model": "smallcnn", "batch_size": 32,
-                "matchmaking_time": matchmaking, "averaging_timeout": timeout, "churn": "mtbf=15s downtime=8s"}  # fmt: skip
+                "matchmaking_time": matchmaking, "averaging_timeout": timeout, "churn": "mtbf=15s"}  # fmt: skip
     return Experiment(name, Path(name), settings, True, peers=[PeerRun("peer-01", steps, rounds, True)])
 
 
@@ -36,7 +36,7 @@ def _table(experiments: list[Experiment]):
 
 
 def test_the_fastest_pair_is_recommended_and_ties_go_to_the_fewest_failed_rounds():
-    # mm1/at10 and mm5/at60 are as fast (their repeats overlap), but mm1/at10 failed rounds; mm2/at10 is slower
+    # mm1/at10 and mm5/at60 are as fast (their repeats overlap), but mm1/at10 failed rounds; mm2/at10: slower
     runs = [
         _run("a1", 1, 10, 1.0, 3), _run("a2", 1, 10, 1.2, 3),
         _run("b1", 5, 60, 1.1, 0), _run("b2", 5, 60, 1.3, 0),
@@ -65,7 +65,8 @@ def test_a_restart_row_gives_the_first_step_and_the_state_download():
     rejoin = {"incarnation": 2, "state_download_seconds": 0.4, "state_download_bytes": 350_000}
     peer = PeerRun("peer-b", steps, rounds, True, rejoins=[rejoin])
     restart = {"spec": "restart:peer-b@8s+6s", "kind": "restart", "host": "peer-b", "status": "healed",
-               "applied_seconds": 8.0, "healed_seconds": 14.0, "applied_at": T0 + 8, "healed_at": T0 + 14}  # fmt: skip
+               "applied_seconds": 8.0, "healed_seconds": 14.0,
+               "applied_at": T0 + 8, "healed_at": T0 + 14}  # fmt: skip
     e = Experiment("x", Path("."), {"strategy": "hivemind"}, True, peers=[peer], faults=[restart])
     row = fault_row(e, restart)
     assert row["first_step_after_seconds"] == 6.0 and row["recovered_after_seconds"] == 11.0, row
