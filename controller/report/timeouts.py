@@ -8,8 +8,9 @@ target is the group's own: the highest final smoothed loss of any of its runs, s
 that target with a 95 % bootstrap interval over its repeats, and the failed rounds per run.
 
 The recommendation is the candidate with the smallest mean time to target; a candidate whose interval
-overlaps the fastest one's is tied with it, and among the tied the fewest failed rounds win (then the
-fastest). With one repeat there are no intervals, so nothing is tied: the report says so.
+overlaps the fastest one's is tied with it (a candidate of one repeat, which has no interval, is tied when
+its time lies in the other's interval), and among the tied the fewest failed rounds win (then the fastest).
+Two candidates of one repeat each are never tied: the report says so.
 """
 
 from __future__ import annotations
@@ -148,11 +149,25 @@ def recommend(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    bounds = (a.get("time_to_target_ci_low"), a.get("time_to_target_ci_high"))
-    other = (b.get("time_to_target_ci_low"), b.get("time_to_target_ci_high"))
-    if None in bounds or None in other:
+    """Tied: both intervals overlap, or the one without an interval (one repeat) has its time inside the
+    other's interval.
+
+    >>> one = {"time_to_target_mean": 10.4}
+    >>> two = {"time_to_target_mean": 10.5, "time_to_target_ci_low": 8.5, "time_to_target_ci_high": 12.3}
+    >>> _overlap(one, two), _overlap(two, one), _overlap(one, one)
+    (True, True, False)
+    """
+    first, second = _interval(a), _interval(b)
+    if first is None and second is None:
         return False
-    return bounds[0] <= other[1] and other[0] <= bounds[1]
+    first = first or (a["time_to_target_mean"],) * 2
+    second = second or (b["time_to_target_mean"],) * 2
+    return first[0] <= second[1] and second[0] <= first[1]
+
+
+def _interval(c: dict[str, Any]) -> tuple[float, float] | None:
+    low, high = c.get("time_to_target_ci_low"), c.get("time_to_target_ci_high")
+    return (low, high) if low is not None and high is not None else None
 
 
 def recommendation_lines(table: Table) -> list[str]:
