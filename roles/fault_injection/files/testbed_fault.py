@@ -195,7 +195,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     timeline.note(timeline.document, started=start)
     for entry in [f for f in timeline.document["faults"] if not f.get("before_start")]:
-        if not wait_until(start + entry["at_seconds"], host) or not host.active():
+        due = wait_until(start + entry["at_seconds"], host)
+        # a kill (or restart) of a trainer that is not running has nothing to kill: the run is over
+        if not due or (entry["kind"] in ("kill", "restart") and not host.active()):
             timeline.note(entry, status="skipped", detail="the trainer had ended before the fault was due")
             continue
         applied = time.time()
