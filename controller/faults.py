@@ -11,7 +11,7 @@ times in seconds from the start barrier's release (``60``, ``60s``, ``1.5m``), r
 - ``slow:peer-05@40s=50mbit`` (or ``...@40s+60s=50mbit``) cap the peer's outgoing link at 50 Mbit/s, until
   the end or for the duration;
 - ``restart:peer-03@60s+20s`` kill the peer's trainer, start it again 20 s later: it rejoins the running
-  collaboration (downloads its state first; Hivemind only).
+  collaboration (Hivemind downloads the state first, torchft heals a DiLoCo replica; not the others).
 
 Churn (``-e churn=...``, ``churn_schedule``): leaves and rejoins drawn from a seed, each one such a restart.
 """
@@ -45,7 +45,7 @@ def _number(text: str, units: dict[str, float]) -> float | None:
 
 
 def _parse_one(
-    spec: str, hosts: list[str], errors: list[str], bootstrap: str | None
+    spec: str, hosts: list[str], errors: list[str], bootstrap: str | None, strategy: str
 ) -> dict[str, Any] | None:
     match = _FAULT.match(spec)
     if not match:
@@ -63,7 +63,7 @@ def _parse_one(
         problems.append("only a kill can happen @start (before the start barrier)")
     if before_start and host == bootstrap:
         problems.append(f"{host} is the bootstrap peer (the others join through it): no kill @start")
-    if kind == "restart" and host == bootstrap:
+    if kind == "restart" and host == bootstrap and strategy != "diloco":  # DiLoCo rejoins via the Lighthouse
         problems.append(f"{host} is the bootstrap peer: restarted, it would have nobody to rejoin through")
     duration = _number(match["duration"], _SECONDS) if match["duration"] else None
     rate = _number(match["rate"], _MBIT) if match["rate"] else None
@@ -159,16 +159,17 @@ host)']
     if isinstance(text, (list, tuple)):  # -e '{"faults": [...]}'
         text = ",".join(str(item) for item in text)
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
-    # the peer the others join through (Hivemind's first peer, unless a DHT-only node does it; DiLoCo's
-    # rendezvous is only the start's)
-    bootstrap = hosts[0] if hosts and dht_host is None and strategy != "diloco" else None
-    faults = [f for f in (_parse_one(spec, hosts, errors, bootstrap) for spec in specs) if f is not None]
+    bootstrap = hosts[0] if hosts and dht_host is None else None
+    parsed = (_parse_one(spec, hosts, errors, bootstrap, strategy) for spec in specs)
+    faults = [f for f in parsed if f is not None]
     schedule = None
     if churn not in (None, "") and strategy == "baseline":
         errors.append("churn: a baseline run has one host: nobody leaves and rejoins")
     elif churn not in (None, ""):
+        through = None if strategy == "diloco" else bootstrap  # a DiLoCo replica rejoins via the Lighthouse
+        run_seconds = run_timeout / time_dilation
         schedule = churn_schedule(
-            churn, hosts, faults, run_timeout / time_dilation, min_peers, bootstrap, experiment_id, errors
+            churn, hosts, faults, run_seconds, min_peers, through, experiment_id, errors
         )
         faults += schedule["restarts"] if schedule else []
     if time_dilation != 1:
