@@ -27,7 +27,7 @@ from controller.calibration import DEFAULT, CalibrationError, load  # noqa: E402
 from controller.report.data import load_experiments  # noqa: E402
 
 TOLERANCE = 0.15
-ROW = "{:>5} {:>6} {:>6} {:>7} {:>24} {:>11} {:>8}"
+ROW = "{:>5} {:>6} {:>6} {:>7} {:>5} {:>24} {:>11} {:>8} {:>16}"
 
 
 def local_training_rate(steps: list[dict]) -> float | None:
@@ -44,8 +44,9 @@ def local_training_rate(steps: list[dict]) -> float | None:
 
 
 def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
-    """(batch size, processes, vCPUs) -> D and the modelled samples/s per process (mean, min, max)."""
-    found = {}
+    """(batch size, processes, vCPUs) -> D, the number of runs and the modelled samples/s per process: the
+    mean over every process of every repeat, its min and max, and the lowest and highest run mean."""
+    pooled: dict[tuple[int, int, int], dict[str, list[float]]] = {}
     for experiment in load_experiments(results):
         if not experiment.complete or experiment.strategy not in ("baseline", "solo"):
             continue
@@ -54,16 +55,26 @@ def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
             continue
         settings = experiment.settings
         key = (int(settings["batch_size"]), 1 if experiment.is_baseline else experiment.peer_count)
-        found[(*key, int(settings["vcpus"]))] = {
-            "dilation": experiment.time_dilation,
-            "mean": statistics.fmean(rates),
-            "min": min(rates),
-            "max": max(rates),
+        runs = pooled.setdefault((*key, int(settings["vcpus"])), {"rates": [], "means": [], "dilations": []})
+        runs["rates"] += rates
+        runs["means"].append(statistics.fmean(rates))
+        runs["dilations"].append(experiment.time_dilation)
+    return {
+        key: {
+            "dilation": statistics.fmean(runs["dilations"]),
+            "runs": len(runs["means"]),
+            "mean": statistics.fmean(runs["rates"]),
+            "min": min(runs["rates"]),
+            "max": max(runs["rates"]),
+            "lowest_run": min(runs["means"]),
+            "highest_run": max(runs["means"]),
         }
-    return found
+        for key, runs in pooled.items()
+    }
 
 
-#: docs/study-scale.md, the 16-core device: per peer samples/s, averaging share of the step, all-reduce s
+#: docs/study-scale.md, the 16-core device (p4 over 200 steps, p8 over 60): per peer samples/s, averaging
+#: share of the step, all-reduce s
 DEVICE = {4: ("p4-luoff", 104.9, 0.120 / 0.288, 0.65), 8: ("p8-luoff", 48.5, 0.376 / 0.590, 0.95)}
 
 
@@ -92,7 +103,9 @@ def averaging_rows(results: Path) -> list[str]:
             shown = f"{value:.3g}" if value is not None else "-"
             lines.append(f"{name:<9} {label:<19} modelled {shown:>7}  16-core {device:.3g}  ({error})")
         failed = sum(1 for p in experiment.peers for row in p.rounds if row["outcome"] != "ok")
-        lines.append(f"{name:<9} D = {experiment.time_dilation:.2f}, failed rounds {failed}")
+        max_steps = experiment.settings.get("max_steps")
+        dilation = experiment.time_dilation
+        lines.append(f"{name:<9} D = {dilation:.2f}, {max_steps} steps, failed rounds {failed}")
     return lines
 
 
@@ -112,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibration_check: no complete runs in {args.results}", file=sys.stderr)
         return 2
     print(f"calibration: {calibration.describe()}")
-    print(ROW.format("batch", "procs", "vCPUs", "D", "modelled (min-max)", "calibrated", "error"))
+    print(ROW.format("batch", "procs", "vCPUs", "D", "runs", "modelled (min-max)", "calibrated", "error",
+                     "runs' errors"))  # fmt: skip
     worst = 0.0
     for (batch, procs, vcpus), run in sorted(runs.items()):
         expected = calibration.rate(args.model, batch, vcpus)
@@ -120,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, abs(error or 0.0))
         spread = f"{run['mean']:.1f} ({run['min']:.0f}-{run['max']:.0f})"
         shown = f"{error:+.1%}" if error is not None else "-"
-        print(
-            ROW.format(batch, procs, vcpus, f"{run['dilation']:.2f}", spread, f"{expected or 0:.0f}", shown)
-        )
+        extremes = "-"
+        if expected and run["runs"] > 1:
+            extremes = f"{run['lowest_run'] / expected - 1:+.1%}..{run['highest_run'] / expected - 1:+.1%}"
+        dilation, calibrated = f"{run['dilation']:.2f}", f"{expected or 0:.0f}"
+        print(ROW.format(batch, procs, vcpus, dilation, run["runs"], spread, calibrated, shown, extremes))
     for batch in sorted({key[0] for key in runs}):
         peers, baseline = runs.get((batch, 16, 1)), runs.get((batch, 1, 16))
         expected = calibration.ceiling(args.model, batch, [1] * 16, 16)

@@ -32,15 +32,16 @@ def testbed_unit_state(lines: list[str]) -> dict[str, Any]:
 
 
 def testbed_progress_line(host: Any) -> str:
-    """``peer-01  active  step 120  epoch 3  loss 1.2300  peers 4`` for one host's hostvars.
+    """``peer-01  active  step 120  epoch 3  loss 1.2300  peers 4`` for one host: an item of ``dict2items``
+    over the hosts' states (``key`` its name, ``value`` its testbed_unit_state).
 
-    >>> host = {"inventory_hostname": "peer-01", "_trainer_service_state": {"ActiveState": "active",
+    >>> host = {"key": "peer-01", "value": {"ActiveState": "active",
     ...         "last_step": {"step": "120", "hivemind_epoch": "3", "loss": "1.23", "peers": "4"}}}
     >>> testbed_progress_line(host)
     'peer-01  active   step 120  epoch 3  loss 1.2300  peers 4'
     """
-    name = host["inventory_hostname"]
-    state = host.get("_trainer_service_state") or {}
+    name = host["key"]
+    state = host.get("value") or {}
     active = state.get("ActiveState", "unknown")
     if active not in ("active", "activating") and state.get("Result"):
         active = f"{active} ({state.get('Result')}, exit {state.get('ExecMainStatus', '?')})"
