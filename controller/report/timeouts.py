@@ -11,6 +11,10 @@ The recommendation is the candidate with the smallest mean time to target; a can
 overlaps the fastest one's is tied with it (a candidate of one repeat, which has no interval, is tied when
 its time lies in the other's interval), and among the tied the fewest failed rounds win (then the fastest).
 Two candidates of one repeat each are never tied: the report says so.
+
+A group whose target is not below where its runs started (a run that ended no better than it began) did not
+learn: every run "reaches" that target at once, so the times measure noise. It gets no recommendation, and
+the report says to run longer.
 """
 
 from __future__ import annotations
@@ -71,9 +75,10 @@ def timeouts_table(
         if not finals:
             continue
         target = max(finals)
+        start = min(curves[e.experiment_id][1][0] for e in members if curves[e.experiment_id][1])
         label = _group_label(members[0])
         candidates = [_candidate(label, pair, runs, target, curves, rows) for pair, runs in pairs.items()]
-        table.extend(recommend(candidates))
+        table.extend(recommend(candidates) if target < start else did_not_learn(candidates, target, start))
     title = "Timeouts: time to the group's target loss per setting, and the one to use"
     return Table("timeouts", title, COLUMNS, table)
 
@@ -148,6 +153,19 @@ def recommend(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return reached + others
 
 
+def did_not_learn(candidates: list[dict[str, Any]], target: float, start: float) -> list[dict[str, Any]]:
+    """A group with nothing to compare: its target loss is not below its runs' lowest starting loss.
+
+    >>> rows = did_not_learn([{"time_to_target_mean": 1.2}, {"time_to_target_mean": 3.5}], 2.308, 2.298)
+    >>> [r["recommended"] for r in rows], rows[0]["why"][:57]
+    ([False, False], 'no recommendation: the target loss 2.308 is not below the')
+    """
+    why = f"no recommendation: the target loss {target:.3f} is not below the runs' starting loss {start:.3f}"
+    for c in candidates:
+        c.update(recommended=False, why=f"{why} (run longer)")
+    return sorted(candidates, key=lambda c: c.get("time_to_target_mean") or float("inf"))
+
+
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Tied: both intervals overlap, or the one without an interval (one repeat) has its time inside the
     other's interval.
@@ -174,6 +192,10 @@ def recommendation_lines(table: Table) -> list[str]:
     """The report's section: per group the recommended timeouts and the evidence."""
     lines = []
     for row in table.rows:
+        if row["why"].startswith("no recommendation") and row is _first_of(table, row["group"]):
+            lines.append(
+                f"- **{row['group']}**: {row['why']}; its runs did not learn, so their times measure noise."
+            )
         if not row.get("recommended"):
             continue
         group = [r for r in table.rows if r["group"] == row["group"]]
@@ -189,3 +211,7 @@ def recommendation_lines(table: Table) -> list[str]:
             f"over {row['repeats']} repeat(s); {row['why']}. {len(group)} settings tried (timeouts.csv)."
         )
     return lines
+
+
+def _first_of(table: Table, group: str) -> dict[str, Any]:
+    return next(r for r in table.rows if r["group"] == group)

@@ -13,11 +13,13 @@ from controller.report.timeouts import recommendation_lines, timeouts_table
 T0 = 1_000.0
 
 
-def _run(name: str, matchmaking: float, timeout: float, seconds_per_step: float, failed: int) -> Experiment:
-    """A 4-peer Hivemind run whose loss falls from 2.0 by 0.1 a step (the same curve, at its own pace)."""
+def _run(
+    name: str, matchmaking: float, timeout: float, seconds_per_step: float, failed: int, slope: float = -0.1
+) -> Experiment:
+    """A 4-peer Hivemind run whose loss moves from 2.0 by ``slope`` a step (one curve, at its own pace)."""
     steps = [
         {"step": i, "timestamp": T0 + i * seconds_per_step, "wall_seconds": i * seconds_per_step,
-         "loss": 2.0 - 0.1 * i, "samples": 32, "hivemind_epoch": i // 4}
+         "loss": 2.0 + slope * i, "samples": 32, "hivemind_epoch": i // 4}
         for i in range(1, 16)
     ]  # fmt: skip
     rounds = [{"timestamp": T0 + 1, "epoch": 0, "outcome": "timeout", "cause": "no_group"}] * failed
@@ -50,6 +52,15 @@ def test_the_fastest_pair_is_recommended_and_ties_go_to_the_fewest_failed_rounds
     assert rows[(1.0, 10.0)]["time_to_target_mean"] < rows[(2.0, 10.0)]["time_to_target_mean"]
     (line,) = recommendation_lines(table)
     assert "matchmaking_time=5 s, averaging_timeout=60 s" in line and "3 settings tried" in line
+
+
+def test_a_group_whose_runs_did_not_learn_gets_no_recommendation():
+    # one run's loss rose: the group's target (its highest final loss) lies above where the runs started
+    table = _table([_run("a1", 1, 10, 1.0, 0), _run("b1", 5, 60, 1.0, 0, slope=0.01)])
+    assert [r["recommended"] for r in table.rows] == [False, False], table.rows
+    assert all(r["why"].startswith("no recommendation") for r in table.rows), table.rows
+    (line,) = recommendation_lines(table)
+    assert "did not learn" in line, line
 
 
 def test_one_setting_alone_is_not_a_comparison():
