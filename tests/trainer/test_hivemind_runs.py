@@ -390,8 +390,10 @@ def test_a_peer_stopped_by_sigterm_leaves_cleanly_and_the_other_goes_on(peers):
 def test_a_paused_peer_finds_itself_behind_and_says_so(peers):
     """Issue 17: a peer that was paused while the other trained on comes back epochs behind; Hivemind throws
     its samples away and loads the state, and its rounds.csv names that lost epoch (cause ``behind``)."""
-    # max steps far beyond the pause: peer-01 must not finish (and stop the run) while peer-02 is paused
-    args = run_args("behind", expected=2, max_steps=400, tbs=1024)
+    # max steps far beyond the pause: peer-01 must not finish (and stop the run) while peer-02 is paused.
+    # A 5 s averaging timeout: alone, each of peer-01's rounds waits that long for the paused peer (20 s made
+    # the three epochs a minute)
+    args = [*run_args("behind", expected=2, max_steps=400, tbs=1024), "--averaging-timeout", "5"]
     first = peers("peer-01", args)
     second = peers("peer-02", [*args, "--initial-peers", wait_for_multiaddr(first)])
     # pause it once it has trained with the other (a successful round): a peer paused before it ever synced
