@@ -163,7 +163,9 @@ def did_not_learn(candidates: list[dict[str, Any]], target: float, start: float)
     why = f"no recommendation: the target loss {target:.3f} is not below the runs' starting loss {start:.3f}"
     for c in candidates:
         c.update(recommended=False, why=f"{why} (run longer)")
-    return sorted(candidates, key=lambda c: c.get("time_to_target_mean") or float("inf"))
+    return sorted(
+        candidates, key=lambda c: (c.get("time_to_target_mean") is None, c.get("time_to_target_mean"))
+    )
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -191,11 +193,10 @@ def _interval(c: dict[str, Any]) -> tuple[float, float] | None:
 def recommendation_lines(table: Table) -> list[str]:
     """The report's section: per group the recommended timeouts and the evidence."""
     lines = []
+    unlearned = {row["group"]: row["why"] for row in table.rows if row["why"].startswith("no recommendation")}
+    for group, why in unlearned.items():
+        lines.append(f"- **{group}**: {why}; its runs did not learn, so their times measure noise.")
     for row in table.rows:
-        if row["why"].startswith("no recommendation") and row is _first_of(table, row["group"]):
-            lines.append(
-                f"- **{row['group']}**: {row['why']}; its runs did not learn, so their times measure noise."
-            )
         if not row.get("recommended"):
             continue
         group = [r for r in table.rows if r["group"] == row["group"]]
@@ -211,7 +212,3 @@ def recommendation_lines(table: Table) -> list[str]:
             f"over {row['repeats']} repeat(s); {row['why']}. {len(group)} settings tried (timeouts.csv)."
         )
     return lines
-
-
-def _first_of(table: Table, group: str) -> dict[str, Any]:
-    return next(r for r in table.rows if r["group"] == group)
