@@ -1,0 +1,181 @@
+"""The wheelhouse for hosts without internet: every pinned dependency of the trainer as a wheel for the
+hosts' platform and Python, which need not be the controller's (role trainer,
+``trainer_dependency_source=wheelhouse``; tests/controller/test_wheelhouse.py).
+
+Built on the controller in three steps, into a directory named after what it holds (so a change of the
+requirements or of the target gives a new one, and an unchanged one is reused):
+
+1. resolve the requirements (``pip install --dry-run --report``) to find the packages that PyPI has only as
+   source distributions (hivemind's varint, python-baseconv, prefetch_generator; DeepSpeed);
+2. build those into wheels; each must come out pure Python (``py3-none-any``), which installs anywhere;
+3. ``pip download --only-binary=:all:`` every requirement for the target (``--platform``,
+   ``--python-version``, ``--implementation cp``, ``--abi``), the pure wheels of step 2 found with
+   ``--find-links``.
+
+The result is packed into one uncompressed ``wheelhouse.tar`` (wheels are already compressed) that the role
+ships as a single file. ``python -m controller.wheelhouse --help``; the role prints its JSON answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Debian 12's: the default target (the infra example's image, and the stand-in VMs' base)
+DEFAULT_PYTHON = "3.11"
+DEFAULT_GLIBC = "2.36"
+DEFAULT_ARCH = "x86_64"
+#: the manylinux tags older than PEP 600 and the glibc each stands for
+_LEGACY_MANYLINUX = {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The hosts' Python (``3.11``), C library (glibc ``2.36``) and machine (``x86_64``)."""
+
+    python: str = DEFAULT_PYTHON
+    glibc: str = DEFAULT_GLIBC
+    arch: str = DEFAULT_ARCH
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not re.fullmatch(r"3\.[0-9]{1,2}", self.python):
+            problems.append(f"python must be MAJOR.MINOR such as 3.11, not {self.python!r}")
+        if not re.fullmatch(r"2\.[0-9]{1,2}", self.glibc):
+            problems.append(f"glibc must be 2.MINOR such as 2.36, not {self.glibc!r}")
+        if not re.fullmatch(r"[a-z0-9_]+", self.arch):
+            problems.append(f"arch must be a machine name such as x86_64 or aarch64, not {self.arch!r}")
+        if problems:
+            raise ValueError("wheelhouse target: " + "; ".join(problems))
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    def platforms(self) -> list[str]:
+        """Every manylinux tag a host with this glibc runs, newest first (pip 23 does not expand them)."""
+        newest = int(self.glibc.split(".")[1])
+        tags = []
+        for minor in range(newest, 4, -1):
+            tags.append(f"manylinux_2_{minor}_{self.arch}")
+            tags += [f"{legacy}_{self.arch}" for legacy, glibc in _LEGACY_MANYLINUX.items() if glibc == minor]
+        return tags
+
+    def name(self, requirements: str, pip_args: list[str] = ()) -> str:
+        """The wheelhouse's directory name: the target, and a hash of it, the requirements and pip's
+        arguments."""
+        digest = hashlib.sha256(f"{requirements}\n{self}\n{list(pip_args)}".encode()).hexdigest()[:16]
+        return f"{self.abi}-{self.arch}-glibc{self.glibc}-{digest}"
+
+
+def download_command(
+    pip: list[str], requirements: Path, dest: Path, target: Target, pip_args: list[str] = ()
+) -> list[str]:
+    """The ``pip download`` of step 3: binary wheels only, for the target, step 2's pure wheels beside."""
+    platforms = [option for tag in target.platforms() for option in ("--platform", tag)]
+    return [
+        *pip, "download", "--quiet", "--only-binary=:all:", "--implementation", "cp",
+        "--python-version", target.python, "--abi", target.abi, *platforms,
+        "--find-links", str(dest), "--dest", str(dest), *pip_args, "--requirement", str(requirements),
+    ]  # fmt: skip
+
+
+def source_only(report: dict) -> list[str]:
+    """``name==version`` of every package the resolver would take from a source distribution.
+
+    >>> source_only({"install": [
+    ...     {"metadata": {"name": "torch", "version": "2.14.1"}, "download_info": {"url": "https://x/torch-2.14.1-cp311.whl"}},
+    ...     {"metadata": {"name": "varint", "version": "1.0.2"}, "download_info": {"url": "https://x/varint-1.0.2.tar.gz"}}]})
+    ['varint==1.0.2']
+    """
+    return [
+        f"{item['metadata']['name']}=={item['metadata']['version']}"
+        for item in report.get("install", [])
+        if not item["download_info"]["url"].endswith(".whl")
+    ]
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"wheelhouse: {what} failed ({' '.join(command[:6])} ...):\n{tail}")
+
+
+def build(
+    requirements: Path, root: Path, target: Target, pip_args: list[str] = (), pip: list[str] | None = None
+) -> dict:
+    """Build (or find) the wheelhouse for ``target``; returns what the role needs to ship it. ``pip_args``
+    (e.g. ``--index-url`` of a CPU-only torch index) go to the resolver and the download."""
+    pip = pip or [sys.executable, "-m", "pip"]
+    text = requirements.read_text()
+    directory = root / target.name(text, pip_args)
+    archive = directory / "wheelhouse.tar"
+    built = not (directory / ".complete").is_file()
+    if built:
+        shutil.rmtree(directory, ignore_errors=True)
+        wheels = directory / "wheels"
+        wheels.mkdir(parents=True)
+        report = directory / "resolve.json"
+        _run([*pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+              *pip_args, "--requirement", str(requirements)], "resolving the requirements")  # fmt: skip
+        sources = source_only(json.loads(report.read_text()))
+        if sources:
+            _run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), *sources],
+                 "building wheels of " + ", ".join(sources))  # fmt: skip
+            impure = [path.name for path in wheels.glob("*.whl") if not path.name.endswith("-none-any.whl")]
+            if impure:
+                raise SystemExit(
+                    f"wheelhouse: {impure} built for the controller's platform only; these have no wheel for "
+                    f"{target} on the index: install them from an index instead"
+                )
+        _run(
+            download_command(pip, requirements, wheels, target, pip_args),
+            f"downloading the wheels for {target}",
+        )
+        with tarfile.open(archive, "w") as tar:
+            for path in sorted(wheels.glob("*.whl")):
+                tar.add(path, arcname=path.name)
+        shutil.rmtree(wheels)
+        (directory / ".complete").write_text(text)
+    with tarfile.open(archive) as tar:
+        names = sorted(tar.getnames())
+    return {
+        "archive": str(archive),
+        "built": built,
+        "target": {"python": target.python, "glibc": target.glibc, "arch": target.arch, "abi": target.abi},
+        "wheels": len(names),
+        "tags": sorted({"-".join(name[: -len(".whl")].split("-")[-3:]) for name in names}),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller.wheelhouse", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("requirements", type=Path, help="the pinned requirements (requirements/node.txt)")
+    parser.add_argument("root", type=Path, help="where wheelhouses are kept (one directory each)")
+    parser.add_argument("--python", default=DEFAULT_PYTHON, help="the hosts' Python, MAJOR.MINOR")
+    parser.add_argument("--glibc", default=DEFAULT_GLIBC, help="the hosts' glibc version (ldd --version)")
+    parser.add_argument("--arch", default=DEFAULT_ARCH, help="the hosts' machine (uname -m)")
+    parser.add_argument("--pip-args", default="", help="more arguments for pip (one string), e.g. an index")
+    args = parser.parse_args(argv)
+    try:
+        target = Target(args.python, args.glibc, args.arch)
+    except ValueError as error:
+        parser.error(str(error))
+    print(json.dumps(build(args.requirements, args.root, target, shlex.split(args.pip_args))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

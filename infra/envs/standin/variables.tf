@@ -1,0 +1,35 @@
+variable "peers" {
+  description = "The stand-in peers in order (scripts/standin-vms.sh writes them to hosts.tfvars.json)."
+  type = list(object({
+    name            = string
+    ansible_host    = string
+    cluster_address = string
+    vcpus           = number
+    memory_mb       = number
+  }))
+}
+
+variable "monitor" {
+  description = "The stand-in monitor host."
+  type = object({
+    ansible_host    = string
+    cluster_address = string
+    vcpus           = number
+    memory_mb       = number
+  })
+}
+
+variable "cluster_cidr" {
+  description = "The stand-in's podman network."
+  type        = string
+}
+
+variable "ssh_user" {
+  description = "The non-root user with sudo, as on a cloud image."
+  type        = string
+}
+
+variable "admin_cidrs" {
+  description = "Networks allowed to SSH; the stand-in's do not hold the controller (the firewall's safety net must keep it in)."
+  type        = list(string)
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Stand-ins for fresh OpenNebula VMs on this machine (docs/real-vms.md): podman containers from the bare base
+# image (debootstrap minbase: Debian 12, python3, sudo, systemd as PID 1) plus what contextualization gives a
+# cloud VM and nothing else: openssh-server, a non-root user with passwordless sudo (`debian`, as on Debian's
+# genericcloud image) and an authorized key. Nothing of the testbed is inside: no trainer, no venv, no torch.
+# Each has its own address on a podman network of its own; the playbook reaches them only over SSH.
+#
+# Usage: scripts/standin-vms.sh up PEERS [DIR]   create peer-01..peer-PEERS and monitor; write into DIR (default
+#                                                .cache/standin-vms) the SSH key pair and hosts.tfvars.json, the
+#                                                addresses for infra/envs/standin (Terraform renders the inventory)
+#        scripts/standin-vms.sh down              remove the containers and the network
+# Environment: STANDIN_PREFIX (container names, default testbed-vm-), STANDIN_NETWORK (default testbed-vms),
+#              STANDIN_SUBNET_PREFIX (the /24's first three octets, default 10.89.72), STANDIN_USER (default debian),
+#              STANDIN_VCPUS / STANDIN_MEMORY_MB (each host's container limits, defaults 1 / 4096).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
+prefix=${STANDIN_PREFIX:-testbed-vm-}
+network=${STANDIN_NETWORK:-testbed-vms}
+subnet_prefix=${STANDIN_SUBNET_PREFIX:-10.89.72}
+user=${STANDIN_USER:-debian}
+vcpus=${STANDIN_VCPUS:-1}
+memory_mb=${STANDIN_MEMORY_MB:-4096}
+base_image=localhost/testbed-base:bookworm
+label=testbed.standin=$prefix
+
+log() { echo "[standin-vms] $*" >&2; }
+
+down() {
+  local names
+  names=$(podman ps --all --format '{{ .Names }}' --filter "label=$label")
+  # shellcheck disable=SC2086  # one name per word
+  [ -z "$names" ] || podman rm --force --time 0 $names >/dev/null
+  podman network rm --force "$network" >/dev/null 2>&1 || true
+  log "removed ${names:-no containers} and network $network"
+}
+
+# What a cloud image's contextualization leaves: sshd running, the user with the key and passwordless sudo.
+contextualize() {
+  local name=$1 key=$2
+  podman exec -i "$name" bash -euo pipefail -s "$user" "$key" <<'EOF'
+user=$1 key=$2
+systemctl is-system-running --wait >/dev/null || true
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
+install -d -m 700 -o "$user" -g "$user" "/home/$user/.ssh"
+printf '%s\n' "$key" >"/home/$user/.ssh/authorized_keys"
+chown "$user:$user" "/home/$user/.ssh/authorized_keys"
+chmod 600 "/home/$user/.ssh/authorized_keys"
+printf '%s ALL=(ALL) NOPASSWD:ALL\n' "$user" >/etc/sudoers.d/90-cloud-init-users
+chmod 440 /etc/sudoers.d/90-cloud-init-users
+systemctl enable --now ssh >/dev/null 2>&1
+EOF
+}
+
+up() {
+  local peers=${1:?usage: standin-vms.sh up PEERS [DIR]} dir=${2:-.cache/standin-vms}
+  [[ $peers =~ ^[1-9][0-9]?$ ]] || { log "PEERS must be 1-99, not '$peers'"; exit 2; }
+  podman image exists "$base_image" || scripts/build-image.sh base
+  mkdir -p "$dir"
+  [ -f "$dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C testbed-standin -f "$dir/id_ed25519"
+  local key
+  key=$(cat "$dir/id_ed25519.pub")
+  down
+  podman network create --subnet "$subnet_prefix.0/24" "$network" >/dev/null
+  local hosts=(monitor) index
+  for index in $(seq 1 "$peers"); do hosts+=("$(printf 'peer-%02d' "$index")"); done
+  local host address mounts=(-v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw)
+  # this machine's CA bundle beside the image's own (not over it: the ca-certificates package rewrites that file),
+  # for the index path through this machine's proxy: trainer_pip_environment={"PIP_CERT": "/etc/testbed-host-ca.crt"}
+  if [ -e /etc/ssl/certs/ca-certificates.crt ]; then
+    mounts+=(-v /etc/ssl/certs/ca-certificates.crt:/etc/testbed-host-ca.crt:ro)
+  fi
+  for host in "${hosts[@]}"; do
+    address=$(standin_address "$host")
+    # NET_ADMIN: a VM's root may change its firewall and qdiscs (roles cluster_firewall, link_shaping)
+    podman run -d --name "$prefix$host" --hostname "$host" --label "$label" --network "$network" --ip "$address" \
+      --cpus "$vcpus" --memory "${memory_mb}m" --shm-size 1g --cap-add NET_ADMIN "${mounts[@]}" \
+      "$base_image" /lib/systemd/systemd >/dev/null
+  done
+  local pids=()
+  for host in "${hosts[@]}"; do contextualize "$prefix$host" "$key" & pids+=($!); done
+  for index in "${!pids[@]}"; do wait "${pids[$index]}" || { log "contextualizing ${hosts[$index]} failed"; exit 1; }; done
+  write_tfvars "$dir/hosts.tfvars.json" "$peers"
+  log "up: ${hosts[*]} on $network ($subnet_prefix.0/24), user $user, key $dir/id_ed25519"
+}
+
+standin_address() {
+  case $1 in
+    monitor) echo "$subnet_prefix.10" ;;
+    peer-*) echo "$subnet_prefix.$((100 + 10#${1#peer-}))" ;;
+  esac
+}
+
+# The addresses as OpenNebula's VMs would give them to infra/modules/ansible_inventory: ansible_host is the
+# cluster address (as infra/modules/cluster makes it); admin_cidrs a documentation network that does not hold
+# the controller, so that only the firewall's SSH safety net keeps the controller in.
+write_tfvars() {
+  local out=$1 peers=$2 index host entries=()
+  for index in $(seq 1 "$peers"); do
+    host=$(printf 'peer-%02d' "$index")
+    entries+=("{\"name\": \"$host\", \"ansible_host\": \"$(standin_address "$host")\", \"cluster_address\": \"$(standin_address "$host")\", \"vcpus\": $vcpus, \"memory_mb\": $memory_mb}")
+  done
+  local joined
+  joined=$(IFS=,; echo "${entries[*]}")
+  cat >"$out" <<EOF
+{
+  "ssh_user": "$user",
+  "cluster_cidr": "$subnet_prefix.0/24",
+  "admin_cidrs": ["192.0.2.0/24"],
+  "peers": [$joined],
+  "monitor": {"ansible_host": "$(standin_address monitor)", "cluster_address": "$(standin_address monitor)", "vcpus": $vcpus, "memory_mb": $memory_mb}
+}
+EOF
+}
+
+case ${1:-} in
+  up) shift; up "$@" ;;
+  down) down ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
+esac
