@@ -14,6 +14,11 @@ FAIR_CPU_SPREAD = 0.10
 FAIR_SPEED_SPREAD = 0.10
 # A CPU probe that started later than this share of its window after the common start is named in a warning.
 LATE_PROBE_FRACTION = 0.1
+# The CPU probe's window in seconds (trainer cpuprobe's default, playbooks/cpu.yml).
+PROBE_SECONDS = 5.0
+# Hosts' clocks further apart than this make the probe's common start and the fault timeline unreliable: the
+# late-probe tolerance above, in seconds (playbooks/reach.yml measures the offsets at the run's start).
+CLOCK_SPREAD_LIMIT_S = LATE_PROBE_FRACTION * PROBE_SECONDS
 
 
 def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[str, Any]]:
@@ -298,3 +303,37 @@ def run_bound(entries: list[dict[str, Any]]) -> str:
         return ""
     part = max(("data", "compute", "averaging"), key=sums.__getitem__)
     return f"{part} {sums[part] / sums['step']:.0%} of step time"
+
+
+def testbed_clock_check(readings: dict[str, list[str]]) -> dict[str, Any]:
+    """Every host's clock against the controller's at the run's start, from readings "HOST_TIME CONTROLLER_TIME"
+    (epoch seconds; the controller's taken as the command was sent, playbooks/reach.yml): the smallest
+    difference of each host's readings (an upper bound: it includes the command's way to the host), their
+    spread, and a warning when the spread exceeds ``CLOCK_SPREAD_LIMIT_S``.
+
+    >>> check = testbed_clock_check({"peer-01": ["100.5 100.45", "101.0 100.969"], "peer-02": ["101.2 100.0"]})
+    >>> check["offsets_s"], check["spread_s"], check["warnings"][0][:53]
+    ({'peer-01': 0.031, 'peer-02': 1.2}, 1.169, "hosts' clocks 1.17 s apart (limit 0.5 s: peer-01 +0.0")
+    >>> testbed_clock_check({"peer-01": ["5.03 5.0"], "peer-02": ["5.05 5.0"]})["warnings"]
+    []
+    """
+    offsets = {}
+    for host, lines in sorted(readings.items()):
+        differences = [float(host_time) - float(sent) for host_time, sent in (line.split() for line in lines)]
+        offsets[host] = round(min(differences), 3)
+    values = list(offsets.values())
+    spread = round(max(values) - min(values), 3) if values else None
+    document: dict[str, Any] = {
+        "offsets_s": offsets,
+        "spread_s": spread,
+        "limit_s": CLOCK_SPREAD_LIMIT_S,
+        "warnings": [],
+    }
+    if spread is not None and spread > CLOCK_SPREAD_LIMIT_S:
+        listed = ", ".join(f"{host} {value:+.2f} s" for host, value in offsets.items())
+        document["warnings"].append(
+            f"hosts' clocks {spread:.2f} s apart (limit {CLOCK_SPREAD_LIMIT_S:g} s: {listed}): the CPU probe's "
+            "common start and the fault timeline compare times taken on different hosts; keep the clocks in "
+            "step (clock_ntp_servers in the inventory installs chrony, docs/real-vms.md)"
+        )
+    return document

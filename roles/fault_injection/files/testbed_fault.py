@@ -88,14 +88,16 @@ class Host:
                 subprocess.run(["ip", "route", "del", f"{peer}/32"], capture_output=True, check=False)
 
     @staticmethod
-    def _tbf(interface: str, rate: str, burst: str, latency: str) -> None:
+    def _tbf(interface: str, rate: str, burst: str, latency: str, leaf: bool = False) -> None:
+        """tbf at the root, or (``leaf``) as the leaf of role link_shaping's class 1:10."""
+        where = ["parent", "1:10", "handle", "10:"] if leaf else ["root"]
         sh(
             "tc",
             "qdisc",
             "replace",
             "dev",
             interface,
-            "root",
+            *where,
             "tbf",
             "rate",
             rate,
@@ -106,18 +108,31 @@ class Host:
         )
 
     def slow(self, rate_mbit: float | None) -> None:
-        """Cap egress at rate_mbit (None: restore the root qdisc found before)."""
+        """Cap egress at rate_mbit (None: restore what was found before). Where role link_shaping shaped
+        the link (htb at the root, the cluster's traffic through class 1:10), only that class's leaf changes,
+        so the controller's SSH stays unshaped; elsewhere the root qdisc becomes tbf."""
         interface = self.interface()
         if rate_mbit is not None:
-            self._saved_qdisc = sh("tc", "qdisc", "show", "dev", interface, "root").strip()
+            self._saved_qdisc = sh("tc", "qdisc", "show", "dev", interface).strip()
             burst = max(int(rate_mbit * 1250), 16000)  # 10 ms of the rate, as role link_shaping
-            self._tbf(interface, f"{rate_mbit}mbit", str(burst), "100ms")
+            self._tbf(interface, f"{rate_mbit}mbit", str(burst), "100ms", self._shaped_class())
             return
-        saved = re.search(r"\btbf\b.*?\brate (\S+) burst (\S+) lat (\S+)", self._saved_qdisc or "")
+        shaped_class = self._shaped_class()
+        saved = re.search(
+            r"\btbf\b.*?\brate (\S+) burst (\S+) lat (\S+)", self._saved_qdisc or "", flags=re.DOTALL
+        )
         if saved:
-            self._tbf(interface, *saved.groups())
+            self._tbf(interface, *saved.groups(), shaped_class)
+        elif shaped_class:
+            subprocess.run(
+                ["tc", "qdisc", "del", "dev", interface, "parent", "1:10"], capture_output=True, check=False
+            )
         else:
             subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True, check=False)
+
+    def _shaped_class(self) -> bool:
+        """Whether the saved qdiscs are role link_shaping's htb (class 1:10 carries the cluster's traffic)."""
+        return bool(re.search(r"qdisc htb 1: root", self._saved_qdisc or ""))
 
 
 def barrier_release(started_json: Path, not_before: float) -> float | None:
