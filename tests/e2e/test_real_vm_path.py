@@ -1,0 +1,338 @@
+"""The real cluster's path end to end (issue 51): hosts that start bare, reached over SSH as a non-root user
+with sudo, their inventory rendered by Terraform's inventory module, the experiment playbook unchanged, the
+trainer's dependencies from a wheelhouse built for the hosts' platform.
+
+The hosts are scripts/standin-vms.sh's containers: the bare base image plus openssh-server, the cloud image's
+`debian` user with passwordless sudo and an authorized key, nothing of the testbed. One bring-up and one first
+run serve every test here; the second run, the scan and the bad inputs reuse them (docs/real-vms.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from e2e_support import icmp_unlimited, outside_namespace, port_scan, read_json, run_playbook
+from shared_cluster import BIN, REPO, environment
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+PREFIX, NETWORK, SUBNET = "testbed-vmtest-", "testbed-vmtest", "10.89.74"
+HOSTS = {"peer-01": f"{SUBNET}.101", "peer-02": f"{SUBNET}.102", "monitor": f"{SUBNET}.10"}
+# small and quick, as tests/e2e/test_local_cluster.py's FAST; undilated (real VMs are)
+RUN = {
+    "peers": 2,
+    "dataset_storage": "local",
+    "trainer_dependency_source": "wheelhouse",
+    "grafana_install": False,  # Grafana's apt repository is out of reach here
+    "model": "smallcnn",
+    "batch_size": 16,
+    "max_steps": 40,
+    "target_batch_size": 256,
+    "matchmaking_time": 2,
+    "averaging_timeout": 20,
+    "progress_interval": 10,
+    # chrony to an NTP server in the cluster network (the controller's address; nobody answers there): a
+    # container may not set the clock, so chronyd only follows (-x)
+    "clock_ntp_servers": [f"{SUBNET}.1"],
+    "clock_sync_set_clock": False,
+}
+# the plays that set hosts up: a second run must change nothing in them
+SETUP_PLAYS = (
+    "Reach every host",
+    "Keep the hosts' clocks in step",
+    "Close every host by default",
+    "Make the dataset available",
+    "Node exporter on every peer",
+    "Prometheus and Grafana",
+    "Install the trainer",
+)
+
+
+class Cluster:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.key = work / "id_ed25519"
+        self.inventory = work / "inventory"
+        self.env = {
+            **environment(),
+            "STANDIN_PREFIX": PREFIX,
+            "STANDIN_NETWORK": NETWORK,
+            "STANDIN_SUBNET_PREFIX": SUBNET,
+            "STANDIN_MEMORY_MB": "3072",
+        }
+        self.runs: dict[str, tuple[int, str, float]] = {}
+
+    def standin(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(REPO / "scripts" / "standin-vms.sh"), *args], cwd=REPO, env=self.env,
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+
+    def ssh(self, host: str, command: str, user: str = "debian", key: Path | None = None):
+        return subprocess.run(
+            ["ssh", "-i", str(key or self.key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+             "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={self.work / 'known_hosts'}",
+             f"{user}@{HOSTS[host]}", command],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def playbook(self, experiment_id: str, *extra: str, inventory: Path | None = None, **values):
+        """experiment.yml over SSH with the rendered inventory and the stand-ins' key."""
+        args = ["-i", str(inventory or self.inventory), "--private-key", str(self.key),
+                "-e", json.dumps({**RUN, "experiment_id": experiment_id, **values}),
+                # the stand-ins' host keys in a file of the test's (the inventory's accept-new stays as it is)
+                "-e", f"ansible_ssh_extra_args='-o UserKnownHostsFile={self.work / 'known_hosts'}'", *extra]  # fmt: skip
+        started = time.monotonic()
+        done = run_playbook("experiment.yml", *args, timeout=1500)
+        self.runs[experiment_id] = (done.returncode, done.output, time.monotonic() - started)
+        (self.work / f"{experiment_id}.log").write_text(done.output)
+        return done
+
+
+def _render_inventory(cluster: Cluster) -> str:
+    """The path `make inventory` takes: terraform applies infra/envs/standin (infra/modules/ansible_inventory)
+    with the hosts' addresses, infra/write-inventory.sh writes hosts.yml beside inventories/opennebula's
+    group_vars, unchanged."""
+    root = cluster.work / "terraform"
+    shutil.copytree(REPO / "infra" / "envs" / "standin", root)
+    main = root / "main.tf"
+    main.write_text(main.read_text().replace('"../../modules/', f'"{REPO}/infra/modules/'))
+    for command in (["init", "-input=false"],
+                    ["apply", "-auto-approve", "-input=false", f"-var-file={cluster.work / 'hosts.tfvars.json'}"]):  # fmt: skip
+        done = subprocess.run(["terraform", f"-chdir={root}", *command], capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cluster.inventory.mkdir()
+    (cluster.inventory / "group_vars").symlink_to(REPO / "inventories" / "opennebula" / "group_vars")
+    env = {**cluster.env, "ANSIBLE_INVENTORY_BIN": str(BIN / "ansible-inventory")}
+    done = subprocess.run([str(REPO / "infra" / "write-inventory.sh"), str(root), str(cluster.inventory / "hosts.yml")],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (cluster.inventory / "hosts.yml").read_text()
+
+
+@pytest.fixture(scope="module")
+def vms(tmp_path_factory):
+    """Bare stand-ins up, their inventory rendered, and the first run over SSH; removed at the end."""
+    cluster = Cluster(tmp_path_factory.mktemp("vms"))
+    up = cluster.standin("up", "2", str(cluster.work))
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        # bare: nothing of the testbed inside
+        for host in HOSTS:
+            bare = cluster.ssh(host, "python3 -c 'import torch'; test ! -e /opt/testbed; echo rc=$?")
+            assert "ModuleNotFoundError" in bare.stderr, (host, bare.stdout, bare.stderr)
+            assert "rc=0" in bare.stdout, (host, "/opt/testbed exists before the run")
+            assert cluster.ssh(host, "id -u").stdout.strip() != "0", host  # not root
+        cluster.rendered = _render_inventory(cluster)
+        cluster.first = "vm-first-" + time.strftime("%Y%m%dT%H%M%S")
+        cluster.playbook(cluster.first)
+        yield cluster
+    finally:
+        for run in cluster.runs:
+            shutil.rmtree(REPO / "results" / run, ignore_errors=True)
+        down = cluster.standin("down")
+        assert down.returncode == 0, down.stderr
+
+
+def _plays(output: str) -> dict[str, list[str]]:
+    """{play name: the tasks that reported changed} from ansible-playbook's default output."""
+    plays = {}
+    for play in re.split(r"\nPLAY \[", output)[1:]:
+        name = play.split("]", 1)[0]
+        tasks = re.split(r"\nTASK \[", play)[1:]
+        plays[name] = plays.get(name, []) + [
+            task.split("]", 1)[0] for task in tasks if "\nchanged: [" in task
+        ]
+    return plays
+
+
+def test_the_playbook_sets_up_bare_hosts_over_ssh_and_trains(vms):
+    returncode, output, seconds = vms.runs[vms.first]
+    print(f"first run over SSH: {seconds:.0f} s")
+    assert returncode == 0, output[-6000:]
+    # the inventory is Terraform's: a non-root user, cluster addresses as ansible_host, admin networks that do
+    # not hold the controller
+    assert (
+        'ansible_user: "debian"' in vms.rendered and 'testbed_admin_cidrs: ["192.0.2.0/24"]' in vms.rendered
+    )
+    results = REPO / "results" / vms.first
+    experiment = read_json(results / "experiment.json")
+    assert experiment["complete"] is True, experiment["incomplete_reason"]
+    assert experiment["local_cluster"] is False
+    # the same files as a local run's
+    for peer in ("peer-01", "peer-02"):
+        for name in ("config.json", "rounds.csv", "started.json", "steps.csv", "summary.json", "trainer.log"):
+            assert (results / peer / name).is_file(), (peer, name)
+        summary = read_json(results / peer / "summary.json")
+        assert summary["complete"] is True and summary["steps"] > 0, summary
+    # every host's clock was read against the controller's (containers share it: within a second)
+    clocks = experiment["clocks"]
+    assert set(clocks["offsets_s"]) == set(HOSTS), clocks
+    assert all(abs(offset) < 1.0 for offset in clocks["offsets_s"].values()), clocks
+    # chrony follows the inventory's server, and only it
+    for host in HOSTS:
+        sources = vms.ssh(host, "sudo chronyc -n sources")
+        assert f"{SUBNET}.1" in sources.stdout and "debian.pool" not in sources.stdout, (host, sources)
+    # `trainer report` reads them
+    report = subprocess.run([str(BIN / "trainer"), "report", str(results), "--out", str(vms.work / "report")],
+                            env=environment(), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    assert (vms.work / "report" / "runs.csv").is_file(), sorted(
+        p.name for p in (vms.work / "report").iterdir()
+    )
+
+
+def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
+    _, output, _ = vms.runs[vms.first]
+    built = re.search(r'"archive": "([^"]+wheelhouse\.tar)"', output)
+    assert built, "the wheelhouse's build is not in the playbook's output"
+    with tarfile.open(built.group(1)) as tar:
+        wheels = tar.getnames()
+    assert any(name.startswith("torch-2.14.1-cp311-cp311-manylinux") for name in wheels), wheels
+    for name in wheels:
+        python, abi, platform = name[: -len(".whl")].split("-")[-3:]
+        assert python.startswith(("cp311", "py3", "py2.py3", "cp3")) and abi in ("cp311", "abi3", "none"), (
+            name
+        )
+        glibcs = [int(minor) for minor in re.findall(r"manylinux_2_(\d+)", platform)]
+        assert platform == "any" or "x86_64" in platform, name
+        assert not glibcs or min(glibcs) <= 36, name  # every wheel runs on Debian 12's glibc 2.36
+    # shipped as one archive and installed offline; nothing of it left on the hosts
+    for host in ("peer-01", "peer-02"):
+        assert vms.ssh(host, "test -e /opt/testbed/wheelhouse; echo $?").stdout.strip() == "1", host
+        assert (
+            "2.14.1"
+            in vms.ssh(
+                host, "/opt/testbed/venv/bin/python -c 'import torch; print(torch.__version__)'"
+            ).stdout
+        )
+
+
+def test_a_second_run_changes_nothing_in_set_up_and_trains_again_on_shaped_links(vms):
+    second = "vm-second-" + time.strftime("%Y%m%dT%H%M%S")
+    done = vms.playbook(second, bandwidth_mbit=50)
+    print(f"second run over SSH: {vms.runs[second][2]:.0f} s")
+    assert done.returncode == 0, done.output[-6000:]
+    plays = _plays(done.output)
+    for play in SETUP_PLAYS:
+        matching = [name for name in plays if name.startswith(play)]
+        assert matching, (play, list(plays))
+        for name in matching:
+            assert plays[name] == [], f"set-up play {name!r} changed: {plays[name]}"
+    experiment = read_json(REPO / "results" / second / "experiment.json")
+    assert experiment["complete"] is True, experiment["incomplete_reason"]
+    # the peers' traffic was shaped to 50 Mbit/s (the bandwidth probe between them measured it) ...
+    measured = float(experiment["network"]["bandwidth_bytes_per_second"]) * 8 / 1e6
+    assert 25 < measured < 55, experiment["network"]
+
+
+def test_shaping_never_slows_the_controllers_ssh(vms):
+    """With peer-01's link shaped to 5 Mbit/s by the role, 10 MB from it over the controller's SSH (to an
+    address in the cluster network) take well under the 16 s the shaped class would need."""
+    adhoc = [str(BIN / "ansible"), "peer-01", "-i", str(vms.inventory), "--private-key", str(vms.key), "--become",
+             "-e", f"ansible_ssh_extra_args='-o UserKnownHostsFile={vms.work / 'known_hosts'}'",
+             "-m", "ansible.builtin.include_role"]  # fmt: skip
+
+    def role(args: str) -> None:
+        done = subprocess.run([*adhoc, "-a", args, "-e", "link_shaping_bandwidth_mbit=5"], cwd=REPO,
+                              env=environment(), capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+    role("name=link_shaping")
+    try:
+        qdiscs = vms.ssh("peer-01", "/usr/sbin/tc qdisc show; /usr/sbin/tc filter show dev eth0").stdout
+        assert "qdisc htb 1: root" in qdiscs and "rate 5Mbit" in qdiscs, qdiscs
+        # the cluster's traffic is shaped: 1 MB to peer-02 over TCP takes over a second at 5 Mbit/s
+        receive = "python3 -c 'import socket;s=socket.create_server((\"\",8099));c,_=s.accept();n=0\nwhile (b:=c.recv(65536)): n+=len(b)\nprint(n)'"
+        server = subprocess.Popen(
+            ["ssh", "-i", str(vms.key), "-o", "StrictHostKeyChecking=no",
+             "-o", f"UserKnownHostsFile={vms.work / 'known_hosts'}", f"debian@{HOSTS['peer-02']}",
+             "sudo iptables -I TESTBED 1 -p tcp --dport 8099 -j ACCEPT; " + receive],
+            stdout=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(2)
+        started = time.monotonic()
+        sent = vms.ssh(
+            "peer-01",
+            f"head -c 1000000 /dev/zero | python3 -c 'import socket,sys;s=socket.create_connection((\"{HOSTS['peer-02']}\",8099));s.sendall(sys.stdin.buffer.read())'",
+        )
+        out, _ = server.communicate(timeout=60)
+        cluster_seconds = time.monotonic() - started
+        vms.ssh("peer-02", "sudo iptables -D TESTBED -p tcp --dport 8099 -j ACCEPT")
+        assert sent.returncode == 0 and out.strip() == "1000000", (sent, out)
+        assert cluster_seconds > 1.2, f"1 MB between peers in {cluster_seconds:.2f} s: not shaped to 5 Mbit/s"
+        # ... the controller's SSH is not
+        started = time.monotonic()
+        copied = subprocess.run(
+            ["ssh", "-i", str(vms.key), "-o", "StrictHostKeyChecking=no",
+             "-o", f"UserKnownHostsFile={vms.work / 'known_hosts'}", f"debian@{HOSTS['peer-01']}",
+             "head -c 10000000 /dev/urandom"],
+            capture_output=True, timeout=120, check=False)  # fmt: skip
+        ssh_seconds = time.monotonic() - started
+        assert len(copied.stdout) == 10_000_000, copied.stderr
+        assert ssh_seconds < 8, f"10 MB over SSH took {ssh_seconds:.1f} s: the controller's SSH was shaped"
+    finally:
+        role("name=link_shaping tasks_from=remove")
+
+
+def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms):
+    first = REPO / "results" / vms.first / "experiment.json"
+    before = first.read_bytes()
+    # a wrong key
+    other = vms.work / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong_key = run_playbook("experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
+                             "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}),
+                             "-e", f"ansible_ssh_extra_args='-o UserKnownHostsFile={vms.work / 'known_hosts'}'",
+                             timeout=300)  # fmt: skip
+    # a user without sudo
+    for host in HOSTS:
+        vms.ssh(
+            host,
+            "sudo useradd -m nosudo && sudo cp -r ~/.ssh /home/nosudo/ && sudo chown -R nosudo /home/nosudo/.ssh",
+        )
+    no_sudo = vms.playbook("vm-bad-sudo", "-e", "ansible_user=nosudo")
+    # an unreachable host: peer-02's address is one nobody answers at
+    unreachable = vms.work / "unreachable"
+    unreachable.mkdir()
+    (unreachable / "group_vars").symlink_to(REPO / "inventories" / "opennebula" / "group_vars")
+    text = (vms.inventory / "hosts.yml").read_text()
+    (unreachable / "hosts.yml").write_text(
+        text.replace(f'ansible_host: "{HOSTS["peer-02"]}"', f'ansible_host: "{SUBNET}.199"')
+    )
+    gone = vms.playbook("vm-bad-host", inventory=unreachable)
+    for done, says in (
+        (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
+        (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
+        (gone, rf"peer-02: cannot reach debian@{SUBNET}\.199 .*check that it runs"),
+    ):
+        said = " ".join(done.output.split())  # the messages as one line (the YAML output folds them)
+        found = re.search(says, said)
+        print(said[found.start() : found.start() + 300] if found else said[-1500:])
+        assert done.returncode != 0
+        assert found, done.output[-4000:]
+        assert "PLAY [Close every host by default" not in done.output  # nothing was set up or started
+    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host"):
+        assert not (REPO / "results" / run).exists(), run
+    assert first.read_bytes() == before  # results already written are untouched
+
+
+def test_no_port_is_open_from_outside_and_the_controller_still_connects(vms, tmp_path):
+    """Issue 32's scan, on hosts whose SSH is open only to admin_cidrs (which do not hold the controller):
+    from a neighbour outside, every TCP port and the 100 most common UDP ports are closed, SSH included;
+    the controller, whose SSH address the firewall's safety net added, still logs in."""
+    names = [f"{PREFIX}{host}" for host in HOSTS]
+    with outside_namespace() as outside, icmp_unlimited(names):
+        scan = port_scan(outside, list(HOSTS.values()), tmp_path)
+    print("port scan from outside:", json.dumps(scan, indent=1))
+    assert set(scan) == set(HOSTS.values()), scan
+    for address, ports in scan.items():
+        assert set(ports.values()) == {"closed"}, (address, ports)
+    for host in HOSTS:
+        assert vms.ssh(host, "sudo iptables -S TESTBED | grep -c -- '--dport 22'").stdout.strip() == "1", host
+        assert vms.ssh(host, "echo in").stdout.strip() == "in", host
