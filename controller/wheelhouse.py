@@ -12,8 +12,9 @@ requirements or of the target gives a new one, and an unchanged one is reused):
    ``--python-version``, ``--implementation cp``, ``--abi``), the pure wheels of step 2 found with
    ``--find-links``.
 
-The result is packed into one uncompressed ``wheelhouse.tar`` (wheels are already compressed) that the role
-ships as a single file. ``python -m controller.wheelhouse --help``; the role prints its JSON answer.
+The result is the directory ``wheels/`` that the role ships with rsync (``ansible.posix.synchronize``:
+one stream over the inventory's SSH settings, nothing sent again that the host already has).
+``python -m controller.wheelhouse --help``; the role prints its JSON answer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,11 +119,10 @@ def build(
     pip = pip or [sys.executable, "-m", "pip"]
     text = requirements.read_text()
     directory = root / target.name(text, pip_args)
-    archive = directory / "wheelhouse.tar"
+    wheels = directory / "wheels"
     built = not (directory / ".complete").is_file()
     if built:
         shutil.rmtree(directory, ignore_errors=True)
-        wheels = directory / "wheels"
         wheels.mkdir(parents=True)
         report = directory / "resolve.json"
         _run([*pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
@@ -142,15 +141,10 @@ def build(
             download_command(pip, requirements, wheels, target, pip_args),
             f"downloading the wheels for {target}",
         )
-        with tarfile.open(archive, "w") as tar:
-            for path in sorted(wheels.glob("*.whl")):
-                tar.add(path, arcname=path.name)
-        shutil.rmtree(wheels)
         (directory / ".complete").write_text(text)
-    with tarfile.open(archive) as tar:
-        names = sorted(tar.getnames())
+    names = sorted(path.name for path in wheels.glob("*.whl"))
     return {
-        "archive": str(archive),
+        "directory": str(wheels.resolve()),
         "built": built,
         "target": {"python": target.python, "glibc": target.glibc, "arch": target.arch, "abi": target.abi},
         "wheels": len(names),

@@ -155,6 +155,14 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
             f"Incomplete experiments (included, marked in `experiments.csv`): {', '.join(incomplete)}",
             "",
         ]
+    apart = [(e.experiment_id, warning) for e in experiments for warning in e.clocks.get("warnings") or []]
+    if apart:
+        lines += [
+            "Hosts' clocks apart at the start (their CPU probe's common start and fault timeline are "
+            "unreliable; experiment.json's `clocks`, docs/real-vms.md):",
+            *(f"- {experiment_id}: {warning}" for experiment_id, warning in apart),
+            "",
+        ]
     dilated = sorted({f"{e.time_dilation:.2f}" for e in experiments if e.time_dilation > 1})
     if dilated:
         lines += [

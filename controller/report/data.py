@@ -86,6 +86,8 @@ class Experiment:
     time_dilation: float = 1.0
     #: experiment.json's ``compute``: the calibration the local containers' CPU followed (None: linear)
     compute: dict[str, Any] | None = None
+    #: experiment.json's ``clocks``: every host's clock against the controller's at the start, its warnings
+    clocks: dict[str, Any] = field(default_factory=dict)
 
     @property
     def strategy(self) -> str:
@@ -206,6 +208,7 @@ def load_experiment(path: Path) -> Experiment | None:
         hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
         faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
         compute=compute if isinstance(compute := document.get("compute"), dict) else None,
+        clocks=clocks if isinstance(clocks := document.get("clocks"), dict) else {},
     )
     factor = float(document.get("time_dilation") or configs[0].get("time_dilation") or 1.0)
     return in_modelled_time(experiment, factor) if factor > 1 else experiment

@@ -20,12 +20,13 @@ class PlaybookRun:
     output: str
 
 
-def run_playbook(playbook: str, *extra: str, timeout: float = 1200) -> PlaybookRun:
-    """Run a playbook from playbooks/ with extra arguments; return its exit status and combined output."""
+def run_playbook(playbook: str, *extra: str, timeout: float = 1200, env: dict | None = None) -> PlaybookRun:
+    """Run a playbook from playbooks/ with extra arguments (and environment variables); return its exit status
+    and combined output."""
     result = subprocess.run(
         [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), *extra],
         cwd=REPO,
-        env=environment(),
+        env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -289,3 +289,21 @@ def test_report_counts_failed_rounds_by_cause(tmp_path):
     assert (row["rounds_ok"], row["rounds_failed"]) == ("2", "4")
     causes = (row["failed_no_group"], row["failed_peer_left"], row["failed_allreduce_timeout"])
     assert causes == ("2", "2", "0")
+
+
+def test_report_says_when_the_hosts_clocks_were_apart(baseline_results, tmp_path):
+    """experiment.json's ``clocks`` (playbooks/reach.yml): a run whose hosts' clocks were apart is named with the
+    warning; runs without it add no line."""
+    results = tmp_path / "results"
+    shutil.copytree(baseline_results, results)
+    from controller.summary import testbed_clock_check
+
+    clocks = testbed_clock_check({"peer-01": ["100.9 100.0"], "monitor": ["100.05 100.0"]})
+    path = results / "base-lr0p002-r1" / "experiment.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "clocks": clocks}))
+    out = tmp_path / "report"
+    completed = trainer("report", str(results), "--out", str(out))
+    assert completed.returncode == 0, completed.stderr
+    report = (out / "report.md").read_text()
+    assert "- base-lr0p002-r1: hosts' clocks 0.85 s apart (limit 0.5 s" in report, report[:3000]
+    assert report.count("hosts' clocks") == 1
