@@ -306,12 +306,13 @@ def run_bound(entries: list[dict[str, Any]]) -> str:
 
 
 def testbed_clock_check(readings: dict[str, list[str]]) -> dict[str, Any]:
-    """Every host's clock against the controller's at the run's start, from readings "HOST_TIME CONTROLLER_TIME"
-    (epoch seconds; the controller's taken as the command was sent, playbooks/reach.yml): the smallest
-    difference of each host's readings (an upper bound: it includes the command's way to the host), their
-    spread, and a warning when the spread exceeds ``CLOCK_SPREAD_LIMIT_S``.
+    """Every host's clock against the controller's at the run's start, from readings
+    "HOST_TIME CONTROLLER_TIME" (epoch seconds; the controller's taken as the command was sent,
+    playbooks/reach.yml): the smallest difference of each host's readings (an upper bound: it includes the
+    command's way to the host), their spread, and a warning when the spread exceeds ``CLOCK_SPREAD_LIMIT_S``.
 
-    >>> check = testbed_clock_check({"peer-01": ["100.5 100.45", "101.0 100.969"], "peer-02": ["101.2 100.0"]})
+    >>> readings = {"peer-01": ["100.5 100.45", "101.0 100.969"], "peer-02": ["101.2 100.0"]}
+    >>> check = testbed_clock_check(readings)
     >>> check["offsets_s"], check["spread_s"], check["warnings"][0][:53]
     ({'peer-01': 0.031, 'peer-02': 1.2}, 1.169, "hosts' clocks 1.17 s apart (limit 0.5 s: peer-01 +0.0")
     >>> testbed_clock_check({"peer-01": ["5.03 5.0"], "peer-02": ["5.05 5.0"]})["warnings"]
@@ -332,8 +333,8 @@ def testbed_clock_check(readings: dict[str, list[str]]) -> dict[str, Any]:
     if spread is not None and spread > CLOCK_SPREAD_LIMIT_S:
         listed = ", ".join(f"{host} {value:+.2f} s" for host, value in offsets.items())
         document["warnings"].append(
-            f"hosts' clocks {spread:.2f} s apart (limit {CLOCK_SPREAD_LIMIT_S:g} s: {listed}): the CPU probe's "
-            "common start and the fault timeline compare times taken on different hosts; keep the clocks in "
-            "step (clock_ntp_servers in the inventory installs chrony, docs/real-vms.md)"
+            f"hosts' clocks {spread:.2f} s apart (limit {CLOCK_SPREAD_LIMIT_S:g} s: {listed}): the CPU "
+            "probe's common start and the fault timeline compare times taken on different hosts; keep the "
+            "clocks in step (clock_ntp_servers in the inventory installs chrony, docs/real-vms.md)"
         )
     return document

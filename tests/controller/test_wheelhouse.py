@@ -1,4 +1,5 @@
-"""The wheelhouse is built for the hosts' platform and Python, named in the inventory (controller/wheelhouse.py)."""
+"""The wheelhouse is built for the hosts' platform and Python, named in the inventory
+(controller/wheelhouse.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from controller.wheelhouse import Target, download_command, main, source_only
 def test_the_download_asks_for_the_hosts_python_not_the_controllers():
     other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
     command = download_command(["pip"], Path("node.txt"), Path("w"), Target(other, "2.28", "aarch64"))
-    options = dict(zip(command, command[1:]))
+    options = dict(zip(command, command[1:], strict=False))
     assert command[:2] == ["pip", "download"]
     assert "--only-binary=:all:" in command  # a source package would build for the controller's platform
     assert options["--python-version"] == other
@@ -49,7 +50,10 @@ def test_only_source_distributions_are_built_on_the_controller():
     report = {
         "install": [
             {"metadata": {"name": "torch", "version": "2.14.1"}, "download_info": {"url": "https://x/t.whl"}},
-            {"metadata": {"name": "varint", "version": "1.0.2"}, "download_info": {"url": "https://x/v.tar.gz"}},
+            {
+                "metadata": {"name": "varint", "version": "1.0.2"},
+                "download_info": {"url": "https://x/v.tar.gz"},
+            },
         ]
     }
     assert source_only(report) == ["varint==1.0.2"]

@@ -292,8 +292,8 @@ def test_report_counts_failed_rounds_by_cause(tmp_path):
 
 
 def test_report_says_when_the_hosts_clocks_were_apart(baseline_results, tmp_path):
-    """experiment.json's ``clocks`` (playbooks/reach.yml): a run whose hosts' clocks were apart is named with the
-    warning; runs without it add no line."""
+    """experiment.json's ``clocks`` (playbooks/reach.yml): a run whose hosts' clocks were apart is named with
+    the warning; runs without it add no line."""
     results = tmp_path / "results"
     shutil.copytree(baseline_results, results)
     from controller.summary import testbed_clock_check
