@@ -335,6 +335,6 @@ def testbed_clock_check(readings: dict[str, list[str]]) -> dict[str, Any]:
         document["warnings"].append(
             f"hosts' clocks {spread:.2f} s apart (limit {CLOCK_SPREAD_LIMIT_S:g} s: {listed}): the CPU "
             "probe's common start and the fault timeline compare times taken on different hosts; keep the "
-            "clocks in step (clock_ntp_servers in the inventory installs chrony, docs/real-vms.md)"
+            "clocks in step (clock_sync_ntp_servers in the inventory installs chrony, docs/real-vms.md)"
         )
     return document
