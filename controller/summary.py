@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -317,11 +318,16 @@ def testbed_clock_check(readings: dict[str, list[str]]) -> dict[str, Any]:
     ({'peer-01': 0.031, 'peer-02': 1.2}, 1.169, "hosts' clocks 1.17 s apart (limit 0.5 s: peer-01 +0.0")
     >>> testbed_clock_check({"peer-01": ["5.03 5.0"], "peer-02": ["5.05 5.0"]})["warnings"]
     []
+    >>> testbed_clock_check({"peer-01": ["$(date +%s.%N) 5.0"], "peer-02": ["x 5.05 5.0 y"]})["offsets_s"]
+    {'peer-02': 0.05}
     """
     offsets = {}
     for host, lines in sorted(readings.items()):
-        differences = [float(host_time) - float(sent) for host_time, sent in (line.split() for line in lines)]
-        offsets[host] = round(min(differences), 3)
+        # the last two numbers of each line (a connection may add text around them); none: not read
+        pairs = [re.findall(r"\d+(?:\.\d+)?", line)[-2:] for line in lines]
+        differences = [float(pair[0]) - float(pair[1]) for pair in pairs if len(pair) == 2]
+        if differences:
+            offsets[host] = round(min(differences), 3)
     values = list(offsets.values())
     spread = round(max(values) - min(values), 3) if values else None
     document: dict[str, Any] = {
