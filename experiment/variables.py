@@ -56,44 +56,97 @@ class Variable:
     trainers: tuple[str, ...] = ()
     #: set by `trainer grid` itself (from the settings, the repeat, --results-dir): a grid file must not
     set_by_grid: bool = False
+    #: whether it defines the setting: True where it changes what or how the run trains, what it measures
+    #: or its network (runs that differ in it are different settings, never repeats of one); False for
+    #: the run's bookkeeping (seed, ids, timeouts of the playbook, monitoring). Every variable says.
+    defines_setting: bool | None = None
 
     def kind_text(self) -> str:
         return ", ".join(self.kind) if isinstance(self.kind, tuple) else self.kind
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("peers", "int", 8, "peers in the run (a baseline uses the first host only)"),
+    Variable(
+        "peers", "int", 8, "peers in the run (a baseline uses the first host only)", defines_setting=True
+    ),
     Variable(
         "strategy",
         STRATEGIES,
         "hivemind",
         "how the peers train together (solo: each peer alone, a baseline per host: no communication)",
+        defines_setting=True,
     ),
-    Variable("model", MODELS, "resnet18", "the network trained", (ALL_TRAINERS,)),
-    Variable("dataset", DATASETS, "fashion-mnist", "the data trained on", (ALL_TRAINERS,)),
-    Variable("dataset_storage", STORAGES, None, "where peers read the dataset from (local cluster: cephfs)"),
-    Variable("data_root", "str", None, "dataset directory on the peers (default /mnt/datasets/<dataset>)"),
-    Variable("batch_size", "int", 32, "samples per step and peer", (ALL_TRAINERS,)),
-    Variable("learning_rate", "float", 0.01, "the optimizer's learning rate", (ALL_TRAINERS,)),
-    Variable("optimizer", OPTIMIZERS, "sgd", "the optimizer", (ALL_TRAINERS,)),
-    Variable("max_steps", "int", 1000, "steps each peer takes", (ALL_TRAINERS,)),
-    Variable("seed", "int0", 0, "seed of the model's initialisation and the data order", (ALL_TRAINERS,)),
-    Variable("target_batch_size", "int", 4096, "Hivemind: samples of all peers per epoch", (HIVEMIND,)),
+    Variable("model", MODELS, "resnet18", "the network trained", (ALL_TRAINERS,), defines_setting=True),
+    Variable(
+        "dataset", DATASETS, "fashion-mnist", "the data trained on", (ALL_TRAINERS,), defines_setting=True
+    ),
+    Variable(
+        "dataset_storage",
+        STORAGES,
+        None,
+        "where peers read the dataset from (local cluster: cephfs)",
+        defines_setting=True,
+    ),
+    Variable(
+        "data_root",
+        "str",
+        None,
+        "dataset directory on the peers (default /mnt/datasets/<dataset>)",
+        defines_setting=False,
+    ),
+    Variable("batch_size", "int", 32, "samples per step and peer", (ALL_TRAINERS,), defines_setting=True),
+    Variable(
+        "learning_rate", "float", 0.01, "the optimizer's learning rate", (ALL_TRAINERS,), defines_setting=True
+    ),
+    Variable("optimizer", OPTIMIZERS, "sgd", "the optimizer", (ALL_TRAINERS,), defines_setting=True),
+    Variable("max_steps", "int", 1000, "steps each peer takes", (ALL_TRAINERS,), defines_setting=True),
+    Variable(
+        "seed",
+        "int0",
+        0,
+        "seed of the model's initialisation and the data order",
+        (ALL_TRAINERS,),
+        defines_setting=False,
+    ),
+    Variable(
+        "target_batch_size",
+        "int",
+        4096,
+        "Hivemind: samples of all peers per epoch",
+        (HIVEMIND,),
+        defines_setting=True,
+    ),
     Variable(
         "local_updates",
         "bool",
         False,
         "Hivemind: step locally, average parameters (no gradients)",
         (HIVEMIND,),
+        defines_setting=True,
     ),
-    Variable("matchmaking_time", "float", 5.0, "Hivemind: seconds to form an averaging group", (HIVEMIND,)),
-    Variable("average_state_every", "int", 1, "Hivemind: average parameters every N epochs", (HIVEMIND,)),
+    Variable(
+        "matchmaking_time",
+        "float",
+        5.0,
+        "Hivemind: seconds to form an averaging group",
+        (HIVEMIND,),
+        defines_setting=True,
+    ),
+    Variable(
+        "average_state_every",
+        "int",
+        1,
+        "Hivemind: average parameters every N epochs",
+        (HIVEMIND,),
+        defines_setting=True,
+    ),
     Variable(
         "averaging_timeout",
         "float",
         60.0,
         "seconds a round (DDP/ZeRO/FSDP/DeepSpeed: a collective; DiLoCo: a sync's all-reduce) may take",
         (HIVEMIND, DATA_PARALLEL),
+        defines_setting=True,
     ),
     Variable(
         "zero_stage",
@@ -101,6 +154,7 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         "DeepSpeed: ZeRO stage 1, 2 or 3 (default 2; only with strategy=deepspeed)",
         (DEEPSPEED,),
+        defines_setting=True,
     ),
     Variable(
         "sync_every",
@@ -108,6 +162,7 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         f"DiLoCo: inner steps between syncs, H (default {DEFAULT_SYNC_EVERY}; only with strategy=diloco)",
         (DILOCO,),
+        defines_setting=True,
     ),
     Variable(
         "outer_learning_rate",
@@ -115,6 +170,7 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         f"DiLoCo: the outer Nesterov SGD's learning rate (default {DEFAULT_OUTER_LEARNING_RATE})",
         (DILOCO,),
+        defines_setting=True,
     ),
     Variable(
         "outer_momentum",
@@ -122,37 +178,83 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         f"DiLoCo: the outer Nesterov SGD's momentum, below 1 (default {DEFAULT_OUTER_MOMENTUM})",
         (DILOCO,),
+        defines_setting=True,
     ),
     Variable(
-        "dht_bootstrap", DHT_BOOTSTRAPS, "peer", "Hivemind: the first peer or a DHT-only node on the monitor"
+        "dht_bootstrap",
+        DHT_BOOTSTRAPS,
+        "peer",
+        "Hivemind: the first peer or a DHT-only node on the monitor",
+        defines_setting=True,
     ),
-    Variable("vcpus", "int", None, "vCPUs per peer (default: each host's vcpus, locally 16/peers)"),
-    Variable("data_workers", "int0", 0, "data-loading worker processes per peer", (ALL_TRAINERS,)),
     Variable(
-        "preprocessing", PREPROCESSING, "decode", "imagefolder: decode each step or cache", (ALL_TRAINERS,)
+        "vcpus",
+        "int",
+        None,
+        "vCPUs per peer (default: each host's vcpus, locally 16/peers)",
+        defines_setting=True,
     ),
-    Variable("eval_every", "int0", 0, "steps between evaluations (0: none)", (ALL_TRAINERS,)),
     Variable(
-        "eval_batches", "int0", 0, "validation batches per evaluation (0: the whole split)", (ALL_TRAINERS,)
+        "data_workers",
+        "int0",
+        0,
+        "data-loading worker processes per peer",
+        (ALL_TRAINERS,),
+        defines_setting=True,
     ),
-    Variable("target_loss", "float", None, "loss the report measures time to", (ALL_TRAINERS,)),
+    Variable(
+        "preprocessing",
+        PREPROCESSING,
+        "decode",
+        "imagefolder: decode each step or cache",
+        (ALL_TRAINERS,),
+        defines_setting=True,
+    ),
+    Variable(
+        "eval_every", "int0", 0, "steps between evaluations (0: none)", (ALL_TRAINERS,), defines_setting=True
+    ),
+    Variable(
+        "eval_batches",
+        "int0",
+        0,
+        "validation batches per evaluation (0: the whole split)",
+        (ALL_TRAINERS,),
+        defines_setting=True,
+    ),
+    Variable(
+        "target_loss",
+        "float",
+        None,
+        "loss the report measures time to",
+        (ALL_TRAINERS,),
+        defines_setting=True,
+    ),
     Variable(
         "experiment_id",
         "str",
         None,
         "results directory name (default: settings + timestamp)",
         set_by_grid=True,
+        defines_setting=False,
     ),
     Variable(
-        "force", "bool", False, "overwrite complete results of the same experiment_id", set_by_grid=True
+        "force",
+        "bool",
+        False,
+        "overwrite complete results of the same experiment_id",
+        set_by_grid=True,
+        defines_setting=False,
     ),
-    Variable("start_timeout", "int", 300, "seconds the start barrier waits for every peer"),
+    Variable(
+        "start_timeout", "int", 300, "seconds the start barrier waits for every peer", defines_setting=False
+    ),
     Variable(
         "min_peers",
         "int0",
         0,
         "Hivemind: start with this many when the barrier times out (0: all)",
         (HIVEMIND,),
+        defines_setting=True,
     ),
     Variable(
         "finish_grace",
@@ -160,15 +262,30 @@ VARIABLES: tuple[Variable, ...] = (
         30.0,
         "Hivemind: seconds a finished peer keeps serving the others",
         (HIVEMIND,),
+        defines_setting=False,
     ),
-    Variable("run_timeout", "int", 3600, "seconds the playbook waits for the run"),
-    Variable("progress_interval", "int", 30, "seconds between the playbook's progress reports"),
-    Variable("monitoring", "bool", True, "Prometheus and Grafana on the monitor host"),
+    Variable("run_timeout", "int", 3600, "seconds the playbook waits for the run", defines_setting=False),
     Variable(
-        "measure_bandwidth", "bool", True, "measure the link from the last peer to the first before a run"
+        "progress_interval",
+        "int",
+        30,
+        "seconds between the playbook's progress reports",
+        defines_setting=False,
+    ),
+    Variable("monitoring", "bool", True, "Prometheus and Grafana on the monitor host", defines_setting=False),
+    Variable(
+        "measure_bandwidth",
+        "bool",
+        True,
+        "measure the link from the last peer to the first before a run",
+        defines_setting=False,
     ),
     Variable(
-        "cpu_probe_seconds", "float0", 5.0, "seconds every peer spins at once before the run (0: no probe)"
+        "cpu_probe_seconds",
+        "float0",
+        5.0,
+        "seconds every peer spins at once before the run (0: no probe)",
+        defines_setting=False,
     ),
     Variable(
         "results_root",
@@ -176,6 +293,7 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         "controller directory of the results (default results/)",
         set_by_grid=True,
+        defines_setting=False,
     ),
     Variable(
         "time_dilation",
@@ -183,6 +301,7 @@ VARIABLES: tuple[Variable, ...] = (
         "auto",
         "times slower a local peer runs than the VM it models (auto: its vCPUs / its cores, 1 on VMs; off; "
         "or a factor: each local peer gets vcpus / factor cores); time settings and links are dilated by it",
+        defines_setting=True,
     ),
     Variable(
         "calibration",
@@ -190,19 +309,82 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         "compute calibration the local containers' CPU follows under dilation (default: the shipped 16-core "
         "one; a file from `trainer calibrate`; linear: vCPUs scale linearly)",
+        defines_setting=True,
     ),
-    Variable("bandwidth_mbit", "float", None, "egress rate of every peer (or per host in the inventory)"),
-    Variable("latency_ms", "float0", None, "egress delay of every peer (or per host; needs netem)"),
-    Variable("faults", "str", None, "planned faults KIND:HOST@TIME[+DURATION][=RATE], comma-separated"),
+    Variable(
+        "bandwidth_mbit",
+        "float",
+        None,
+        "egress rate of every peer (or per host in the inventory)",
+        defines_setting=True,
+    ),
+    Variable(
+        "latency_ms",
+        "float0",
+        None,
+        "egress delay of every peer (or per host; needs netem)",
+        defines_setting=True,
+    ),
+    Variable(
+        "faults",
+        "str",
+        None,
+        "planned faults KIND:HOST@TIME[+DURATION][=RATE], comma-separated",
+        defines_setting=True,
+    ),
     Variable(
         "churn",
         "str",
         None,
         "Hivemind: peers leave and rejoin at random, mtbf=TIME downtime=TIME [seed=N] [until=TIME]",
+        defines_setting=True,
     ),
 )
 
 BY_NAME: dict[str, Variable] = {variable.name: variable for variable in VARIABLES}
+
+
+#: the variables that define a setting: runs equal in all of them are repeats of one setting
+SETTING_VARIABLES = tuple(variable.name for variable in VARIABLES if variable.defines_setting)
+#: what a variable left unset means for the strategy it applies to (the trainer's own default)
+IMPLIED = {
+    "zero_stage": ("deepspeed", DEFAULT_ZERO_STAGE),
+    "sync_every": ("diloco", DEFAULT_SYNC_EVERY),
+    "outer_learning_rate": ("diloco", DEFAULT_OUTER_LEARNING_RATE),
+    "outer_momentum": ("diloco", DEFAULT_OUTER_MOMENTUM),
+}
+
+
+def setting_identity(settings: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A run's setting: every SETTING_VARIABLES value, unset ones as their default (or the strategy's
+    implied one), numbers as numbers. Runs with equal identities are repeats of one setting.
+
+    >>> a = setting_identity({"strategy": "deepspeed", "peers": 2, "seed": 1})
+    >>> a == setting_identity({"strategy": "deepspeed", "peers": 2, "zero_stage": 2, "seed": 2})
+    True
+    >>> a == setting_identity({"strategy": "deepspeed", "peers": 2, "zero_stage": 3})
+    False
+    """
+    strategy = settings.get("strategy") or BY_NAME["strategy"].default
+    identity = []
+    for name in SETTING_VARIABLES:
+        value = settings.get(name)
+        if value is None:
+            implied = IMPLIED.get(name)
+            value = implied[1] if implied and implied[0] == strategy else BY_NAME[name].default
+        identity.append((name, _number(value)))
+    return tuple(identity)
+
+
+def _number(value: Any) -> Any:
+    """1, 1.0 and "1.0" as one value; anything else as it is."""
+    if isinstance(value, bool) or value is None:
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(number) if number.is_integer() else number
 
 
 def _for(trainer: str) -> tuple[str, ...]:
@@ -233,7 +415,10 @@ def _default_text(variable: Variable) -> str:
 
 def markdown_table() -> str:
     """The variables as a Markdown table, in definition order."""
-    lines = ["| variable | kind | default | trainer flag | meaning |", "|---|---|---|---|---|"]
+    lines = [
+        "| variable | kind | default | trainer flag | defines the setting | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
     for variable in VARIABLES:
         names = {
             ALL_TRAINERS: "every strategy",
@@ -246,7 +431,8 @@ def markdown_table() -> str:
         grid = " (set by `trainer grid`)" if variable.set_by_grid else ""
         kind = variable.kind_text()
         lines.append(
-            f"| `{variable.name}` | {kind} | {_default_text(variable)} | {flag} | {variable.meaning}{grid} |"
+            f"| `{variable.name}` | {kind} | {_default_text(variable)} | {flag} | "
+            f"{'yes' if variable.defines_setting else 'no'} | {variable.meaning}{grid} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -31,28 +31,16 @@ from experiment.results import (
     read_steps,
     read_summary,
 )
-from experiment.variables import DATA_PARALLEL_STRATEGIES, DEFAULT_SYNC_EVERY, DEFAULT_ZERO_STAGE
-
-#: settings the report groups and labels experiments by (experiment playbook variable names)
-SETTING_KEYS = (
-    "strategy",
-    "peers",
-    "vcpus",
-    "model",
-    "dataset",
-    "batch_size",
-    "learning_rate",
-    "optimizer",
-    "max_steps",
-    "target_batch_size",
-    "local_updates",
-    "bandwidth_mbit",
-    "preprocessing",
-    "data_workers",
-    "matchmaking_time",
-    "averaging_timeout",
-    "churn",
+from experiment.variables import (
+    DATA_PARALLEL_STRATEGIES,
+    DEFAULT_SYNC_EVERY,
+    DEFAULT_ZERO_STAGE,
+    SETTING_VARIABLES,
+    setting_identity,
 )
+
+#: settings the report groups experiments by: the variables that define a setting (experiment/variables.py)
+SETTING_KEYS = SETTING_VARIABLES
 
 
 @dataclass
@@ -88,6 +76,8 @@ class Experiment:
     compute: dict[str, Any] | None = None
     #: experiment.json's ``clocks``: every host's clock against the controller's at the start, its warnings
     clocks: dict[str, Any] = field(default_factory=dict)
+    #: what tells its setting's label from another setting's of the same label (``distinguish_labels``)
+    label_suffix: str = ""
 
     @property
     def strategy(self) -> str:
@@ -107,8 +97,9 @@ class Experiment:
         return None if vcpus is None else float(vcpus) * (1 if self.is_baseline else self.peer_count)
 
     def setting_key(self) -> tuple[tuple[str, Any], ...]:
-        """Identifies a setting: experiments with equal keys are repeats of each other."""
-        return tuple((key, self.settings.get(key)) for key in SETTING_KEYS)
+        """Identifies a setting: experiments with equal keys are repeats of each other (every variable that
+        defines a setting, experiment/variables.py)."""
+        return setting_identity(self.settings)
 
     @property
     def is_noise_floor(self) -> bool:
@@ -128,7 +119,10 @@ class Experiment:
         return str(self.strategy)
 
     def label(self) -> str:
-        """A short human label of the setting (without the id)."""
+        """A short human label of the setting (without the id); unique among the settings of one report."""
+        return self._base_label() + self.label_suffix
+
+    def _base_label(self) -> str:
         s = self.settings
         if self.is_baseline:
             return f"baseline bs{s.get('batch_size')} lr{s.get('learning_rate')}{self._data_label()}"
@@ -167,6 +161,33 @@ def load_experiments(results_dir: Path) -> list[Experiment]:
         experiment = load_experiment(path)
         if experiment is not None and any(peer.steps for peer in experiment.peers):
             experiments.append(experiment)
+    return distinguish_labels(experiments)
+
+
+def distinguish_labels(experiments: list[Experiment]) -> list[Experiment]:
+    """Give settings that share a short label the variables they differ in (``zero_stage=3``,
+    ``latency_ms=20``), so that every table's row of one setting is told from another's.
+
+    >>> runs = [Experiment(str(n), Path("."), {"strategy": "hivemind", "peers": 2, "latency_ms": n}, True)
+    ...         for n in (None, 20.0)]
+    >>> [e.label() for e in distinguish_labels(runs)]
+    ['2p tbsNone', '2p tbsNone latency_ms=20']
+    """
+    by_label: dict[str, dict[tuple[Any, ...], Experiment]] = {}
+    for e in experiments:
+        by_label.setdefault(e._base_label(), {}).setdefault(e.setting_key(), e)
+    for settings in by_label.values():
+        if len(settings) < 2:
+            continue
+        keys = list(settings)
+        differing = [i for i, (name, _) in enumerate(keys[0]) if len({key[i][1] for key in keys}) > 1]
+        suffixes = {
+            key: "".join(f" {key[i][0]}={key[i][1]}" for i in differing if key[i][1] is not None)
+            for key in keys
+        }
+        for e in experiments:
+            if e._base_label() in (settings[keys[0]]._base_label(),) and e.setting_key() in suffixes:
+                e.label_suffix = suffixes[e.setting_key()]
     return experiments
 
 

@@ -1,12 +1,19 @@
-"""Repeats, intervals and verdicts (issue #26): numbers a study can publish.
+"""Repeats, intervals and verdicts (issues #26, #52): numbers a study can publish.
 
-On a shared machine identical runs differ by 11-24 % (docs/fair-cpu.md), so a single run cannot tell a real
-difference from noise. Per setting (the experiments that are repeats of each other), this module gives the
-median, min-max, a 95 % bootstrap confidence interval of the mean (``scipy.stats.bootstrap``, percentile
-method, a fixed seed so a report is reproducible) and, from 5 repeats, MLPerf's trimmed mean (the fastest and
-slowest dropped). Each comparison with the baselines gets the speedup's interval, from resampling both sides,
-and a verdict: beyond the noise where the interval excludes 1, within it where it does not, "needs repeats"
-where either side has a single run.
+A testbed has few runs per setting (2-5), so the method is chosen for small samples (docs/statistics.md,
+with the Monte Carlo table that checks it, ``benchmarks/interval_coverage.py``):
+
+- **a setting's mean**: Student's t-interval (``mean_interval``);
+- **a ratio of two settings** (a speedup, a factor level against its reference): Welch's t-interval on the
+  logarithms of the run values, exponentiated (``ratio_interval``). Its point is the ratio of the geometric
+  means. A rate or a time of a run is positive and its noise multiplicative, so the logarithm makes it
+  close to normal, and Welch's degrees of freedom pay for the few runs. The percentile bootstrap this
+  replaced gave [min, max] from 2 values and covered a true ratio far less than 95 % of the time at 2-3 runs;
+- a **verdict** (beyond the noise) only where the interval excludes 1 and both sides have ``MIN_RUNS`` runs
+  (the fewest at which the Monte Carlo check shows the interval holds); otherwise the range and how many
+  runs a verdict needs (``runs_needed``);
+- **times to a target** that some run never reached (censored): no ratio and no interval, "k of n reached",
+  and a verdict only where the data decide it without knowing the missing times (``censored_verdict``).
 """
 
 from __future__ import annotations
@@ -14,15 +21,19 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from controller.report.data import Experiment
 from controller.report.metrics import Table
 
 CONFIDENCE = 0.95
-RESAMPLES = 4999
-SEED = 26  # the issue's number: any fixed seed makes the intervals reproducible
+#: the fewest runs a side from which the intervals below hold their 95 % (the Monte Carlo table in
+#: docs/statistics.md: Welch's t on logarithms covers >= 93 % and calls "beyond the noise" <= 5 % of the
+#: time at no difference from n = 2 a side, for normal and log-normal runs with 5-25 % variation)
+MIN_RUNS = 2
+#: the power ``runs_needed`` plans for: the chance that a verdict comes when the observed ratio is real
+POWER = 0.8
 TRIMMED_FROM = 5  # repeats from which MLPerf's trimmed mean is given
 METRICS = ("samples_per_second", "time_to_target_seconds", "time_to_accuracy_seconds")
 #: the comparisons with the baselines: name -> (the metric, whether larger is faster)
@@ -36,38 +47,96 @@ SPEEDUP_WORDS = {
     "time_to_target": "time to target loss",
     "time_to_accuracy": "time to accuracy",
 }
+#: the time metrics a run may never reach: the run's end is then all that is known (censored)
+CENSORED = {"time_to_target_seconds", "time_to_accuracy_seconds"}
 
 
-def bootstrap_interval(
-    samples: Sequence[Sequence[float]], statistic: Callable[..., float]
-) -> tuple[float, float] | None:
-    """The 95 % percentile-bootstrap interval of ``statistic`` over ``samples`` (each resampled on its own);
-    None where a sample has fewer than 2 values or every resample gives the same value.
+def _t_quantile(df: float) -> float:
+    from scipy.stats import t
 
-    >>> low, high = bootstrap_interval([[10.0, 11.0, 12.0, 13.0]], lambda x: sum(x) / len(x))
-    >>> 10.0 <= low < 11.5 < high <= 13.0
+    return float(t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % Student t-interval of the mean; None below MIN_RUNS values or where they are all equal.
+
+    >>> low, high = mean_interval([10.0, 11.0, 12.0, 13.0])
+    >>> round(low, 2), round(high, 2)
+    (9.45, 13.55)
+    >>> mean_interval([10.0]) is None, mean_interval([5.0, 5.0]) is None
+    (True, True)
+    """
+    if len(values) < MIN_RUNS:
+        return None
+    spread = statistics.stdev(values)
+    if not spread:
+        return None
+    half = _t_quantile(len(values) - 1) * spread / math.sqrt(len(values))
+    mean = statistics.fmean(values)
+    return mean - half, mean + half
+
+
+def _logs(values: Sequence[float]) -> list[float] | None:
+    return [math.log(v) for v in values] if values and all(v > 0 for v in values) else None
+
+
+def geometric_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float | None:
+    """The ratio of the geometric means (None: a side empty or not positive).
+
+    >>> geometric_ratio([2.0, 8.0], [2.0])
+    2.0
+    """
+    top, bottom = _logs(numerator), _logs(denominator)
+    if top is None or bottom is None:
+        return None
+    return math.exp(statistics.fmean(top) - statistics.fmean(bottom))
+
+
+def ratio_interval(numerator: Sequence[float], denominator: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % interval of the ratio of the two sides' geometric means: Welch's t-interval of the
+    difference of their mean logarithms, exponentiated. None below MIN_RUNS a side, for values that are not
+    positive, or where neither side varies.
+
+    >>> low, high = ratio_interval([150.0, 155.0, 148.0], [100.0, 102.0, 98.0])
+    >>> 1.4 < low < 1.51 < high < 1.6
     True
-    >>> bootstrap_interval([[10.0]], lambda x: x[0]) is None
+    >>> ratio_interval([150.0], [100.0, 101.0]) is None
     True
     """
-    if any(len(sample) < 2 for sample in samples) or not samples:
+    if len(numerator) < MIN_RUNS or len(denominator) < MIN_RUNS:
         return None
-    from scipy.stats import bootstrap
+    top, bottom = _logs(numerator), _logs(denominator)
+    if top is None or bottom is None:
+        return None
+    a, b = statistics.variance(top) / len(top), statistics.variance(bottom) / len(bottom)
+    if not a + b:
+        return None
+    # Welch-Satterthwaite; a side without spread contributes no degrees of freedom
+    df = (a + b) ** 2 / ((a * a / (len(top) - 1) if a else 0.0) + (b * b / (len(bottom) - 1) if b else 0.0))
+    centre = statistics.fmean(top) - statistics.fmean(bottom)
+    half = _t_quantile(df) * math.sqrt(a + b)
+    return math.exp(centre - half), math.exp(centre + half)
 
-    result = bootstrap(
-        tuple(list(sample) for sample in samples),
-        statistic,
-        n_resamples=RESAMPLES,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        vectorized=False,
-        paired=False,
-        rng=SEED,
-    )
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    if not (low == low and high == high):  # NaN: a degenerate resample distribution
+
+def runs_needed(numerator: Sequence[float], denominator: Sequence[float]) -> int | None:
+    """About how many runs a side a verdict on a ratio this large needs (two-sided 5 %, POWER 80 %), from
+    the two sides' pooled spread of logarithms (None: no spread or no difference measured).
+
+    >>> runs_needed([110.0, 100.0, 120.0], [100.0, 90.0, 110.0])
+    17
+    """
+    top, bottom = _logs(numerator), _logs(denominator)
+    if top is None or bottom is None or len(top) + len(bottom) < 3:
         return None
-    return low, high
+    spreads = [statistics.variance(side) for side in (top, bottom) if len(side) >= 2]
+    difference = abs(statistics.fmean(top) - statistics.fmean(bottom))
+    if not spreads or not difference:
+        return None
+    from scipy.stats import norm
+
+    z = norm.ppf(0.5 + CONFIDENCE / 2) + norm.ppf(POWER)
+    # the normal approximation plus one run for the t-distribution's heavier tails
+    return max(MIN_RUNS, math.ceil(2 * (z / difference) ** 2 * statistics.fmean(spreads)) + 1)
 
 
 def trimmed_mean(values: Sequence[float]) -> float | None:
@@ -81,19 +150,14 @@ def trimmed_mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(sorted(values)[1:-1])
 
 
-def _ratio_of_means(numerator: Sequence[float], denominator: Sequence[float]) -> float:
-    denominator_mean = statistics.fmean(denominator)
-    return statistics.fmean(numerator) / denominator_mean if denominator_mean else math.nan
-
-
 def verdict(interval: tuple[float, float] | None, words: tuple[str, str] = ("faster", "slower")) -> str:
     """In words, for a ratio's interval: beyond the noise where it excludes 1.
 
     >>> verdict((1.2, 1.6)), verdict((0.9, 1.3)), verdict(None), verdict((0.5, 0.8), ("higher", "lower"))
-    ('faster beyond the noise', 'within the noise', 'needs repeats', 'lower beyond the noise')
+    ('faster beyond the noise', 'within the noise', 'needs 2 runs a side', 'lower beyond the noise')
     """
     if interval is None:
-        return "needs repeats"
+        return f"needs {MIN_RUNS} runs a side"
     if interval[0] > 1:
         return f"{words[0]} beyond the noise"
     if interval[1] < 1:
@@ -101,23 +165,59 @@ def verdict(interval: tuple[float, float] | None, words: tuple[str, str] = ("fas
     return "within the noise"
 
 
+def censored_verdict(
+    ours: Sequence[float | None],
+    ours_ends: Sequence[float],
+    theirs: Sequence[float | None],
+    theirs_ends: Sequence[float],
+    words: tuple[str, str] = ("faster", "slower"),
+) -> str:
+    """Times to a target where some run never reached it (None; its ``*_ends`` is how long it ran): a
+    verdict only where the data decide it whatever the missing times are. One side decides when every one
+    of its runs reached the target before any run of the other reached it or ended, and so few orderings of
+    the runs give that separation that chance is below 5 % (two-sided: 2 / C(n + m, n), from 4 vs 4 runs).
+
+    >>> censored_verdict([10.0, 11.0, 12.0, 10.5], [20] * 4, [None] * 4, [30.0] * 4)
+    'faster beyond the noise (4 of 4 vs 0 of 4 reached)'
+    >>> censored_verdict([10.0, None], [20, 20], [None, 15.0], [30, 30])
+    'undecided: 1 of 2 vs 1 of 2 reached'
+    """
+    counts = (sum(t is not None for t in ours), len(ours), sum(t is not None for t in theirs), len(theirs))
+    reached = "{} of {} vs {} of {} reached".format(*counts)
+    chance = 2 / math.comb(len(ours) + len(theirs), len(ours)) if ours and theirs else 1.0
+
+    def first(a, a_ends, b, b_ends) -> bool:
+        if not a or any(t is None for t in a):
+            return False
+        latest = max(float(t) for t in a if t is not None)
+        return all((t if t is not None else end) > latest for t, end in zip(b, b_ends, strict=True))
+
+    if chance <= 1 - CONFIDENCE:
+        if first(ours, ours_ends, theirs, theirs_ends):
+            return f"{words[0]} beyond the noise ({reached})"
+        if first(theirs, theirs_ends, ours, ours_ends):
+            return f"{words[1]} beyond the noise ({reached})"
+    return f"undecided: {reached}"
+
+
 def level_against_reference(
     values: Sequence[float], reference: Sequence[float]
 ) -> dict[str, float | str | None]:
-    """A factor level's values against its reference level's: the ratio of the means, its 95 % interval
-    (both sides resampled) and the verdict (higher or lower beyond the noise, within it, needs repeats).
+    """A factor level's values against its reference level's: the ratio of the geometric means, its 95 %
+    interval (``ratio_interval``) and the verdict (higher or lower beyond the noise, within it, needs runs).
 
     >>> row = level_against_reference([20.0, 21.0, 22.0], [10.0, 10.5, 11.0])
     >>> round(row["ratio"], 2), row["ratio_ci_low"] > 1, row["verdict"]
     (2.0, True, 'higher beyond the noise')
     >>> level_against_reference([20.0], [10.0, 11.0])["verdict"]
-    'needs repeats'
+    'needs 2 runs a side'
     """
-    if not values or not reference or not statistics.fmean(reference):
+    ratio = geometric_ratio(values, reference)
+    if ratio is None:
         return {"ratio": None, "ratio_ci_low": None, "ratio_ci_high": None, "verdict": "no data"}
-    interval = bootstrap_interval([values, reference], _ratio_of_means)
+    interval = ratio_interval(values, reference)
     return {
-        "ratio": _ratio_of_means(values, reference),
+        "ratio": ratio,
         "ratio_ci_low": interval[0] if interval else None,
         "ratio_ci_high": interval[1] if interval else None,
         "verdict": verdict(interval, ("higher", "lower")),
@@ -129,7 +229,8 @@ def _values(group: list[Experiment], rows: dict[str, dict[str, Any]], metric: st
 
 
 def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]) -> Table:
-    """Per setting: its repeats' samples/s and time to target, median, min-max, interval, trimmed mean."""
+    """Per setting: its repeats' samples/s and times to target, median, min-max, the t-interval of the mean,
+    the trimmed mean; for the times, how many runs reached the target (the others are not in the numbers)."""
     groups: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     for e in experiments:
         groups[e.setting_key()].append(e)
@@ -142,7 +243,8 @@ def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]
         }
         for metric in METRICS:
             values = _values(group, rows, metric)
-            interval = bootstrap_interval([values], statistics.fmean)
+            # a censored metric gets an interval only where every run reached the target
+            interval = mean_interval(values) if len(values) == len(group) else None
             row.update(
                 {
                     f"{metric}_median": statistics.median(values) if values else None,
@@ -150,25 +252,37 @@ def repeats_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]]
                     f"{metric}_max": max(values, default=None),
                     f"{metric}_ci_low": interval[0] if interval else None,
                     f"{metric}_ci_high": interval[1] if interval else None,
-                    f"{metric}_trimmed_mean": trimmed_mean(values),
+                    f"{metric}_trimmed_mean": trimmed_mean(values) if len(values) == len(group) else None,
                 }
             )
+            if metric in CENSORED:
+                row[f"{metric}_reached"] = len(values)
         table.append(row)
-    columns = ("setting", "strategy", "repeats") + tuple(
-        f"{metric}_{part}"
-        for metric in METRICS
-        for part in ("median", "min", "max", "ci_low", "ci_high", "trimmed_mean")
+    columns: tuple[str, ...] = ("setting", "strategy", "repeats")
+    for metric in METRICS:
+        columns += tuple(
+            f"{metric}_{part}" for part in ("median", "min", "max", "ci_low", "ci_high", "trimmed_mean")
+        )
+        columns += (f"{metric}_reached",) if metric in CENSORED else ()
+    title = (
+        "Repeats: per setting, median, min-max and a 95 % t-interval of the mean (times: of the runs that "
+        "reached the target, an interval only where all did)"
     )
-    title = "Repeats: per setting, median, min-max and a 95 % bootstrap interval of the mean"
     return Table("repeats", title, columns, table)
+
+
+def _ends(group: list[Experiment], rows: dict[str, dict[str, Any]]) -> list[float]:
+    return [float(rows[e.experiment_id].get("wall_seconds") or 0.0) for e in group]
 
 
 def comparisons_table(
     experiments: list[Experiment], rows: dict[str, dict[str, Any]], floor: float | None = None
 ) -> Table:
     """Every non-baseline setting against the baselines it is compared with (same model, data, batch size and
-    LR): the throughput and time-to-target speedups (ratios of the means), their intervals and verdicts, and
-    whether the throughput speedup is within the noise floor ``floor`` (a share; None: not measured)."""
+    LR): the throughput and time speedups (ratios of geometric means), their intervals, verdicts and the runs
+    a verdict needs, and whether the throughput speedup is within the noise floor ``floor`` (a share; None:
+    not measured). A time some run never reached gives no ratio: how many reached, and a verdict only where
+    the data decide (``censored_verdict``)."""
     baselines: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     settings: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     for e in experiments:
@@ -190,59 +304,111 @@ def comparisons_table(
             # a speedup > 1 is faster: samples/s over the baselines', the baselines' time over this setting's
             ours, theirs = _values(group, rows, metric), _values(base, rows, metric)
             numerator, denominator = (ours, theirs) if larger_is_faster else (theirs, ours)
-            point = _ratio_of_means(numerator, denominator) if numerator and denominator else None
-            point = None if point is None or math.isnan(point) else point
-            interval = bootstrap_interval([numerator, denominator], _ratio_of_means)
+            censored = metric in CENSORED and (len(ours) < len(group) or len(theirs) < len(base))
+            point = None if censored else geometric_ratio(numerator, denominator)
+            interval = None if point is None else ratio_interval(numerator, denominator)
+            if censored and (ours or theirs):
+                times = [rows[e.experiment_id].get(metric) for e in group]
+                base_times = [rows[e.experiment_id].get(metric) for e in base]
+                words = censored_verdict(times, _ends(group, rows), base_times, _ends(base, rows))
+            elif point is None:
+                words = "no data"
+            else:
+                words = verdict(interval)
+            needed = None
+            if interval is not None and interval[0] <= 1 <= interval[1]:
+                needed = runs_needed(numerator, denominator)
             row.update(
                 {
                     f"{name}_speedup": point,
                     f"{name}_ci_low": interval[0] if interval else None,
                     f"{name}_ci_high": interval[1] if interval else None,
-                    f"{name}_verdict": verdict(interval) if point is not None else "no data",
+                    f"{name}_verdict": words,
+                    f"{name}_runs_needed": needed,
                 }
             )
+            if metric in CENSORED:
+                row[f"{name}_reached"] = f"{len(ours)}/{len(group)} vs {len(theirs)}/{len(base)}"
         row["within_noise_floor"] = within_noise_floor(row["throughput_speedup"], floor)
         table.append(row)
-    columns = ("setting", "repeats", "baseline_repeats") + tuple(
-        f"{name}_{part}" for name in SPEEDUPS for part in ("speedup", "ci_low", "ci_high", "verdict")
-    )
+    columns: tuple[str, ...] = ("setting", "repeats", "baseline_repeats")
+    for name, (metric, _) in SPEEDUPS.items():
+        columns += tuple(
+            f"{name}_{part}" for part in ("speedup", "ci_low", "ci_high", "verdict", "runs_needed")
+        )
+        columns += (f"{name}_reached",) if metric in CENSORED else ()
     columns += ("within_noise_floor",)
-    title = "Against the baselines: speedups with 95 % intervals (both sides resampled) and verdicts"
+    title = (
+        "Against the baselines: speedups (ratios of geometric means) with 95 % Welch intervals on "
+        "logarithms, verdicts and the runs a side a verdict would need"
+    )
     return Table("comparisons", title, columns, table)
 
 
-def noise_floor_table(experiments: list[Experiment], peers: Table) -> Table:
-    """The testbed's noise floor: every `solo` run (identical loops in identical containers, no communication;
-    `trainer grid` runs one first) with its peers' samples/s and how far apart they landed (max / min - 1)."""
-    rates: dict[str, list[float]] = defaultdict(list)
+def noise_floor_table(experiments: list[Experiment], rows: dict[str, dict[str, Any]], peers: Table) -> Table:
+    """The testbed's noise floor, per `solo` setting (identical loops in identical containers, no
+    communication; `trainer grid` runs them first): how far apart two identical runs' samples/s land 95 % of
+    the time, from the spread of its repeats' run-level samples/s (the quantity the comparisons use):
+    ``floor`` = exp(1.96 · sqrt(2) · s) - 1, s the standard deviation of their logarithms, with a 95 %
+    interval from s's chi-square interval. A setting of one run gives no floor; its peers' spread (max / min
+    - 1 of their samples/s, one run's scheduling) is shown beside."""
+    from scipy.stats import chi2, norm
+
+    peer_rates: dict[str, list[float]] = defaultdict(list)
     for row in peers.rows:
         if row.get("samples_per_second"):
-            rates[row["experiment_id"]].append(float(row["samples_per_second"]))
-    table = []
+            peer_rates[row["experiment_id"]].append(float(row["samples_per_second"]))
+    groups: dict[tuple[Any, ...], list[Experiment]] = defaultdict(list)
     for e in experiments:
-        values = rates.get(e.experiment_id, [])
-        if e.strategy != "solo" or len(values) < 2:
-            continue
-        table.append(
-            {
-                "experiment_id": e.experiment_id,
-                "peers": len(values),
-                "vcpus": e.settings.get("vcpus"),
-                "samples_per_second_min": min(values),
-                "samples_per_second_median": statistics.median(values),
-                "samples_per_second_max": max(values),
-                "spread": max(values) / min(values) - 1,
-            }
-        )
-    columns = ("experiment_id", "peers", "vcpus", "samples_per_second_min", "samples_per_second_median")
-    columns += ("samples_per_second_max", "spread")
-    title = "The testbed's noise floor: identical loops in identical containers (solo runs)"
+        if e.strategy == "solo":
+            groups[e.setting_key()].append(e)
+    z = norm.ppf(0.5 + CONFIDENCE / 2) * math.sqrt(2)
+    table = []
+    for group in groups.values():
+        rates = [r for r in _values(group, rows, "samples_per_second") if r > 0]
+        peer_spreads = [
+            max(v) / min(v) - 1 for e in group if len(v := peer_rates.get(e.experiment_id, [])) >= 2
+        ]
+        row: dict[str, Any] = {
+            "setting": group[0].label(),
+            "runs": len(rates),
+            "experiment_ids": " ".join(e.experiment_id for e in group),
+            "vcpus": group[0].settings.get("vcpus"),
+            "samples_per_second_min": min(rates, default=None),
+            "samples_per_second_max": max(rates, default=None),
+            "floor": None,
+            "floor_ci_low": None,
+            "floor_ci_high": None,
+            "peer_spread": max(peer_spreads, default=None),
+        }
+        if len(rates) >= 2:
+            spread = statistics.stdev(math.log(r) for r in rates)
+            df = len(rates) - 1
+            low, high = (
+                spread * math.sqrt(df / chi2.ppf(q, df)) for q in (0.5 + CONFIDENCE / 2, 0.5 - CONFIDENCE / 2)
+            )
+            row.update(
+                floor=math.exp(z * spread) - 1,
+                floor_ci_low=math.exp(z * low) - 1,
+                floor_ci_high=math.exp(z * high) - 1,
+            )
+        table.append(row)
+    columns = (
+        "setting",
+        "runs",
+        "experiment_ids",
+        "vcpus",
+        "samples_per_second_min",
+        "samples_per_second_max",
+    )
+    columns += ("floor", "floor_ci_low", "floor_ci_high", "peer_spread")
+    title = "The testbed's noise floor: how far apart identical runs land (repeated solo runs' samples/s)"
     return Table("noise_floor", title, columns, table)
 
 
 def noise_floor(table: Table) -> float | None:
-    """The largest spread of the solo runs (None: none ran)."""
-    return max((row["spread"] for row in table.rows), default=None)
+    """The largest floor of the solo settings with repeats (None: none measured)."""
+    return max((row["floor"] for row in table.rows if row["floor"] is not None), default=None)
 
 
 def within_noise_floor(speedup: float | None, floor: float | None) -> bool | None:
@@ -257,37 +423,47 @@ def within_noise_floor(speedup: float | None, floor: float | None) -> bool | Non
 
 
 def noise_floor_lines(table: Table) -> list[str]:
-    """The report's first lines: the noise floor measured, or how to get it."""
+    """The report's first lines: the noise floor measured, or what it needs."""
     floor = noise_floor(table)
     if floor is None:
+        single = [row for row in table.rows if row["runs"] == 1]
+        seen = (
+            f" (one solo run here: its {single[0]['peer_spread']:.0%} between peers is one run's scheduling, "
+            "not the spread between runs)"
+            if single and single[0]["peer_spread"] is not None
+            else ""
+        )
         return [
-            "Noise floor: not measured (no `solo` run here; `trainer grid` runs one first unless the grid "
-            "says `noise_floor: false`). Differences below 11-24 % may be this machine's noise "
-            "(docs/fair-cpu.md)."
+            f"Noise floor: not measured: it needs {MIN_RUNS} or more `solo` runs of one setting{seen}. "
+            "`trainer grid` runs them first unless the grid says `noise_floor: false`."
         ]
-    worst = max(table.rows, key=lambda row: row["spread"])
+    worst = max((row for row in table.rows if row["floor"] is not None), key=lambda row: row["floor"])
     return [
-        f"Noise floor: {floor:.0%}. Identical training loops in {worst['peers']} identical containers, "
-        f"no communication (`{worst['experiment_id']}`), trained "
-        f"{worst['samples_per_second_min']:.4g}-{worst['samples_per_second_max']:.4g} samples/s each. "
-        "A speedup closer to 1 than that is within this testbed's noise, whatever its interval says "
-        "(`noise_floor.csv`; `within_noise_floor` in `comparisons.csv`)."
+        f"Noise floor: {floor:.0%} (95 % interval {worst['floor_ci_low']:.0%}-{worst['floor_ci_high']:.0%}): "
+        "two identical runs' samples/s land within that of each other 95 % of the time, from "
+        f"{worst['runs']} solo runs of `{worst['setting']}` ({worst['samples_per_second_min']:.4g}-"
+        f"{worst['samples_per_second_max']:.4g} samples/s). A speedup closer to 1 than that is within this "
+        "testbed's noise, whatever its interval says (`noise_floor.csv`; `within_noise_floor` in "
+        "`comparisons.csv`)."
     ]
 
 
 def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
     """The report's sentences: one per comparison, and what to do when nothing was repeated."""
     lines = []
-    if repeats.rows and all(row["repeats"] < 2 for row in repeats.rows):
+    if repeats.rows and all(row["repeats"] < MIN_RUNS for row in repeats.rows):
         lines.append(
-            "Intervals need repeats: every setting here ran once (a grid block's `repeats:`, or "
-            "`trainer grid --repeat N`); the speedups below are single ratios of noisy numbers."
+            f"Intervals need {MIN_RUNS} runs a side: every setting here ran once (a grid block's "
+            "`repeats:`, or `trainer grid --repeat N`); the speedups below are single ratios of noisy "
+            "numbers."
         )
     if not comparisons.rows:
         lines.append("No comparison: no baseline shares a setting's model, data, batch size and LR.")
     for row in comparisons.rows:
         for name, words in SPEEDUP_WORDS.items():
-            if row[f"{name}_speedup"] is not None:
+            if row[f"{name}_speedup"] is not None or row[f"{name}_verdict"].startswith(
+                ("undecided", "faster", "slower")
+            ):
                 floor = (
                     " It is within the testbed's noise floor."
                     if name == "throughput" and row["within_noise_floor"]
@@ -302,13 +478,18 @@ def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
 
 def speedup_words(row: dict[str, Any], name: str) -> str:
     """One speedup of a comparisons row in words: "1.51x (95 % interval 1.40-1.62), faster beyond the
-    noise"."""
+    noise"; "1.05x (95 % interval 0.80-1.38), within the noise: a verdict needs about 14 runs a side"; a
+    time some run never reached: its verdict alone ("undecided: 2 of 3 vs 3 of 3 reached")."""
+    if row[f"{name}_speedup"] is None:
+        return row[f"{name}_verdict"]
     interval = (
         f" (95 % interval {row[f'{name}_ci_low']:.2f}-{row[f'{name}_ci_high']:.2f})"
         if row[f"{name}_ci_low"] is not None
         else ""
     )
-    return f"{row[f'{name}_speedup']:.2f}x{interval}, {row[f'{name}_verdict']}"
+    needed = row.get(f"{name}_runs_needed")
+    needs = f": a verdict on a difference this size needs about {needed} runs a side" if needed else ""
+    return f"{row[f'{name}_speedup']:.2f}x{interval}, {row[f'{name}_verdict']}{needs}"
 
 
 def against_baselines(row: dict[str, Any] | None) -> str:
@@ -318,6 +499,6 @@ def against_baselines(row: dict[str, Any] | None) -> str:
     parts = [
         f"{words} {speedup_words(row, name)}"
         for name, words in SPEEDUP_WORDS.items()
-        if row[f"{name}_speedup"] is not None
+        if row[f"{name}_speedup"] is not None or row[f"{name}_verdict"] != "no data"
     ]
     return "; ".join(parts) or "no data"

@@ -24,7 +24,7 @@ from collections import defaultdict
 from typing import Any
 
 from controller.report.data import Experiment
-from controller.report.intervals import bootstrap_interval
+from controller.report.intervals import mean_interval
 from controller.report.metrics import Table, time_to_target
 
 TIMEOUT_KEYS = ("matchmaking_time", "averaging_timeout")
@@ -92,7 +92,7 @@ def _candidate(
     rows: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     times = [t for e in runs if (t := time_to_target(curves[e.experiment_id], target)) is not None]
-    interval = bootstrap_interval([times], statistics.fmean)
+    interval = mean_interval(times) if len(times) == len(runs) else None
     rates = [float(r) for e in runs if (r := rows[e.experiment_id].get("samples_per_second")) is not None]
     failed = [float(rows[e.experiment_id].get("rounds_failed") or 0) for e in runs]
     return {
