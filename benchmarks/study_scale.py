@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
+from controller.report.metrics import scaling_efficiency  # noqa: E402
 from experiment.results import read_rounds, read_summary  # noqa: E402
 from trainer.calibrate import core_blocks  # noqa: E402
 
@@ -245,15 +246,34 @@ def measure(directory: Path) -> dict[str, Any] | None:
     }
 
 
+def recorded_differences(args: argparse.Namespace, config: Configuration) -> list[str]:
+    """What the configuration's experiment.json records that this call would not run (another call's
+    steps, model, batch size...): "max_steps 100 (this call 200)"; empty where they agree."""
+    try:
+        recorded = json.loads((args.out / config.directory / "experiment.json").read_text())["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ["no experiment.json"]
+    wanted = experiment_document(args, config, "", [], False, 0.0)["settings"]
+    return [
+        f"{key} {recorded.get(key)} (this call {value})"
+        for key, value in wanted.items()
+        if recorded.get(key) != value
+    ]
+
+
 def table(args: argparse.Namespace, configurations: list[Configuration]) -> list[str]:
+    """The figures of every configuration present under --out; one recorded with other settings than this
+    call's (an earlier call with other steps, model...) is listed apart and enters no S, E or local."""
     present = [c for c in configurations if (args.out / c.directory).is_dir()]
-    figures = {c.name: measure(args.out / c.directory) for c in present}
+    others = {c.name: differences for c in present if (differences := recorded_differences(args, c))}
+    figures = {c.name: measure(args.out / c.directory) for c in present if c.name not in others}
     base = figures.get("base")
     header = (
         f"{'config':<10} {'peers':>5} {'cores':>5} {'total/s':>8} {'peer/s':>7} {'step s':>7} {'data s':>7} "
-        f"{'comp s':>7} {'avg s':>7} {'rounds':>7} {'AR s':>6} {'S':>5} {'E=S/N':>6} {'local':>6} {'comp':>5}"
+        f"{'comp s':>7} {'avg s':>7} {'rounds':>7} {'AR s':>6} {'S':>5} {'E':>6} {'local':>6} {'comp':>5}"
     )
     lines = [header]
+    lines += [f"{name:<10} not in the table: recorded with {'; '.join(why)}" for name, why in others.items()]
     for config in configurations:
         row = figures.get(config.name)
         if row is None:
@@ -262,12 +282,14 @@ def table(args: argparse.Namespace, configurations: list[Configuration]) -> list
         speedup = row["total"] / base["total"] if base and not config.reference else None
         local = row["per_peer"] / solo["per_peer"] if solo else None
         compute_ratio = solo["compute"] / row["compute"] if solo else None
+        efficiency = scaling_efficiency(speedup, config.peers * config.cores_per_peer, args.total_vcpus)
         lines.append(
             f"{config.name:<10} {row['peers']:>5} {config.cores_per_peer:>5} {row['total']:>8.1f} "
             f"{row['per_peer']:>7.1f} {row['step']:>7.3f} {row['data']:>7.3f} {row['compute']:>7.3f} "
             f"{row['averaging']:>7.3f} {row['rounds_ok']:>3}/{row['rounds_failed']:<3} "
             f"{_fmt(row['allreduce'], 6, 2)} {_fmt(speedup, 5, 2)} "
-            f"{_fmt(speedup / config.peers if speedup else None, 6, 2)} {_fmt(local, 6, 2)} "
+            f"{_fmt(efficiency, 6, 2)} "
+            f"{_fmt(local, 6, 2)} "
             f"{_fmt(compute_ratio, 5, 2)}"
         )
     return lines
@@ -350,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(table(args, configurations)))
     print(
-        "S: total samples/s over the baseline's on all cores; E=S/N; local: a peer's samples/s over the solo "
-        "reference's at the same cores (goal >= 0.90); comp: solo compute s / peer compute s"
+        "S: total samples/s over the baseline's on all cores; E: scaling efficiency, S per vCPU against the "
+        "baseline's (the peers share its cores: E = S, 1.0 the ceiling without communication); local: a "
+        "peer's samples/s over the solo reference's at the same cores (goal >= 0.90); comp: solo compute s / "
+        "peer compute s"
     )
     if failed:
         print(f"INCOMPLETE: {', '.join(failed)} (see the .log files in {args.out})")

@@ -145,8 +145,10 @@ def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[s
     >>> group = speed["groups"]["2"]
     >>> group["spread"], group["within_limit"], group["slow"]
     (0.5, False, {'peer-03': 'behind 1'})
-    >>> speed["lines"][0]
-    'speed of equal peers (2 vCPUs): 8.00-16.00 samples/s, 50% apart (limit 10%); slower: peer-03 (behind 1)'
+    >>> speed["lines"][0][:63]
+    'speed of equal peers (2 vCPUs): 8.00-16.00 measured samples/s, '
+    >>> speed["lines"][0][63:]
+    '50% apart (limit 10%); slower: peer-03 (behind 1)'
     """
     rates: dict[str, dict[str, float]] = {}
     causes: dict[str, str] = {}
@@ -172,7 +174,8 @@ def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[s
             "slow": slow,
         }
         line = (
-            f"speed of equal peers ({vcpus} vCPUs): {min(group_rates.values()):.2f}-{fastest:.2f} samples/s, "
+            f"speed of equal peers ({vcpus} vCPUs): {min(group_rates.values()):.2f}-{fastest:.2f} measured "
+            "samples/s, "
             f"{spread:.0%} apart (limit {FAIR_SPEED_SPREAD:.0%})"
         )
         if slow:
@@ -217,7 +220,9 @@ def testbed_summary_table(
     dilation = max(float((e.get("summary") or {}).get("time_dilation") or 1.0) for e in entries or [{}])
     if dilation > 1:
         lines.insert(
-            1, f"times and rates in modelled time: measured / D, D = {dilation:.2f} (both in summary.json)"
+            1,
+            f"modelled: times are the measured ones / D, rates x D, D = {dilation:.2f} "
+            "(both in summary.json)",
         )
     for entry in entries:
         summary = entry.get("summary")

@@ -29,6 +29,7 @@ from controller.report.metrics import (
     median,
     merged_steps,
     model_bytes,
+    scaling_efficiency,
     target_for,
     time_to_accuracy,
     time_to_target,
@@ -156,7 +157,8 @@ def _cause(row: dict[str, Any]) -> str | None:
 
 def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     """Every strategy against its baselines (same model, data, batch size and LR): throughput speedup
-    S = X_N / X_1, efficiency E = S / N, time-to-target speedup, communication share, memory per peer."""
+    S = X_N / X_1, scaling efficiency (``scaling_efficiency``: S per vCPU), time-to-target speedup,
+    communication share, memory per peer."""
     targets = {row["experiment_id"]: row for row in analysis.tables["time_to_target"].rows}
     shares = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
     table = []
@@ -174,7 +176,7 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 "samples_per_second": rows[e.experiment_id]["samples_per_second"],
                 "throughput_speedup": speedup,
                 "ceiling_speedup": None if e.is_baseline else targets[e.experiment_id]["ceiling_speedup"],
-                "efficiency": speedup / e.peer_count if speedup is not None else None,
+                "efficiency": None if e.is_baseline else targets[e.experiment_id]["throughput_efficiency"],
                 "time_to_target_speedup": None if e.is_baseline else targets[e.experiment_id]["speedup"],
                 "communication_share": shares[e.experiment_id]["averaging_share"],
                 "sent_bytes_per_sample": sent_bytes_per_sample(e),
@@ -196,8 +198,8 @@ def _strategies(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         "optimizer_state_mb_max",
     )
     title = (
-        "Strategies side by side: speedup S = X_N / X_1 and efficiency S / N against the baselines, "
-        "bytes sent per sample, memory"
+        "Strategies side by side: speedup S = X_N / X_1 and scaling efficiency (S per vCPU) against the "
+        "baselines, bytes sent per sample, memory"
     )
     return _table("strategies", title, table, columns)
 
@@ -262,10 +264,9 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
         )
         accuracy_time = row["time_to_accuracy_seconds"]
         base_vcpus = [b.total_vcpus for b in matching if b.total_vcpus]
-        efficiency = None
-        if speedup is not None and base_vcpus and e.total_vcpus:
-            efficiency = speedup * median(base_vcpus) / e.total_vcpus
+        efficiency = scaling_efficiency(speedup, e.total_vcpus, median(base_vcpus))
         rate = row["samples_per_second"]
+        throughput_speedup = rate / median(base_rates) if rate and base_rates else None
         table.append(
             {
                 "experiment_id": e.experiment_id,
@@ -280,7 +281,11 @@ def _time_to_target(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tabl
                 "hivemind_time_s": hm_time,
                 "speedup": speedup,
                 "scaling_efficiency": efficiency,
-                "throughput_speedup": rate / median(base_rates) if rate and base_rates else None,
+                "throughput_speedup": throughput_speedup,
+                # not a column: the strategies table's efficiency, from the same definition
+                "throughput_efficiency": scaling_efficiency(
+                    throughput_speedup, e.total_vcpus, median(base_vcpus)
+                ),
                 "ceiling_speedup": ceiling_speedup(analysis.calibration, e, matching),
                 "target_accuracy": row["target_accuracy"],
                 "baseline_time_to_accuracy_s": base_accuracy_time,
@@ -692,7 +697,9 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
                 "experiment_id": e.experiment_id,
                 "peer": peer.name,
                 "vcpus": host.get("vcpus"),
-                "bandwidth_mbit": host.get("bandwidth_mbit"),
+                # the rate of the VM link it models, and the rate the local link was shaped to (/ D)
+                "modelled_bandwidth_mbit": host.get("modelled_bandwidth_mbit", host.get("bandwidth_mbit")),
+                "applied_bandwidth_mbit": host.get("bandwidth_mbit"),
                 "cores_used": (host.get("cpu_received") or {}).get("cores_used"),
                 "cores_under_load": (host.get("cpu_probe") or {}).get("cores_used"),
                 "hivemind_cpu_share": hivemind_cpu_share(host.get("cpu_received")),
@@ -712,8 +719,8 @@ def peer_rows(e: Experiment) -> list[dict[str, Any]]:
 
 def _peers(experiments: list[Experiment]) -> Table:
     columns = (
-        *("experiment_id", "peer", "vcpus", "bandwidth_mbit", "cores_used", "cores_under_load"),
-        *("hivemind_cpu_share", "steps", "samples"),
+        *("experiment_id", "peer", "vcpus", "modelled_bandwidth_mbit", "applied_bandwidth_mbit"),
+        *("cores_used", "cores_under_load", "hivemind_cpu_share", "steps", "samples"),
         *("contribution", "samples_per_second", "compute_ms", "averaging_ms", "epochs_ended"),
         *("last_arrivals", "mean_wait_for_others_s"),
     )

@@ -13,10 +13,11 @@ Definitions (also printed in report.md):
   default target, per comparison group, is the accuracy every baseline repeat reaches (the lowest of their
   best accuracies), as the thesis chose it; runs without evals have none.
 - **speedup**: median time to target of the matching baselines / the Hivemind experiment's time to
-  target; **scaling efficiency**: speedup × baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per
-  vCPU.
+  target; **scaling efficiency** (``scaling_efficiency``, the one definition every table uses): speedup ×
+  baseline vCPUs / (peers × vCPUs per peer), 1.0 = as fast per vCPU; under a fixed budget of vCPUs it is
+  the speedup itself, against a ceiling of 1.0.
 - **strategies**: per run, its throughput over the median of its baselines' (same model, data, batch size
-  and LR) is the throughput speedup S, S / peers the efficiency; **bytes sent per sample**: what all its
+  and LR) is the throughput speedup S, its scaling efficiency from S; **bytes sent per sample**: what all its
   peers' network interfaces sent from the start barrier's release to the loop's end (summary.json
   ``network``) over the samples they trained; memory: the largest peak RSS and optimizer-state bytes of
   any of its peers (summary.json ``memory``).
@@ -214,6 +215,22 @@ def total(rows: Iterable[dict[str, Any]], column: str) -> float:
 
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def scaling_efficiency(
+    speedup: float | None, vcpus: float | None, baseline_vcpus: float | None
+) -> float | None:
+    """The one definition of scaling efficiency: the speedup per vCPU against the baseline's,
+    S x baseline vCPUs / the run's vCPUs (all peers'). 1.0: as fast per vCPU as the baseline. Under the
+    study's fixed budget (the peers share the baseline's 16 vCPUs) it equals S, and 1.0 is the ceiling of
+    training without communication; with a baseline's vCPUs per peer it is S / N.
+
+    >>> scaling_efficiency(1.6, 16, 16), scaling_efficiency(3.0, 4 * 16, 16), scaling_efficiency(None, 4, 4)
+    (1.6, 0.75, None)
+    """
+    if speedup is None or not vcpus or not baseline_vcpus:
+        return None
+    return speedup * baseline_vcpus / vcpus
 
 
 def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float) -> float:
