@@ -2,7 +2,8 @@
 
 For each peer count and link rate: ``--peers`` Hivemind peers (bare processes, one network namespace each,
 links shaped with tbf in both directions: benchmarks/shaped_netns.py) average a float32 tensor the size of
-the model's parameters (``--model resnet18``: 46.8 MB) ``--rounds`` times (benchmarks/allreduce_peers.py).
+the model's parameters (``--model resnet18``: 44.7 MB, 11.2 M parameters with 10 classes) ``--rounds`` times
+(benchmarks/allreduce_peers.py).
 It prints, per configuration: the median matchmaking seconds (apart), the median all-reduce seconds (the
 slowest peer of each round), the bound ``2 (n-1)/n * M / B`` of an all-reduce that moves every byte at the
 link rate, and their ratio (goal: <= 1.5 at 1 Gbit/s for 2 and 4 peers). Needs root (network namespaces).
@@ -27,17 +28,19 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.allreduce_peers import run_collective  # noqa: E402
 from benchmarks.shaped_netns import benchmark_preflight  # noqa: E402
+from controller.report.metrics import bandwidth_bound  # noqa: E402
 
 
-def bound_seconds(peers: int, size_bytes: float, rate_mbit: float) -> float:
-    """The all-reduce bandwidth bound: each peer sends and receives 2 (n-1)/n of the state at the link rate.
+def bound_seconds(peers: int, size_bytes: float, rate_mbit: float, latency_ms: float = 0.0) -> float:
+    """The all-reduce's alpha-beta bound (controller/report/metrics.py ``bandwidth_bound``): each peer sends
+    and receives 2 (n-1)/n of the state at the link rate, plus one link delay in each of the two phases.
 
-    >>> round(bound_seconds(2, 46.8e6, 1000), 4)
-    0.3744
-    >>> round(bound_seconds(4, 46.8e6, 100), 3)
-    5.616
+    >>> round(bound_seconds(2, 44.7e6, 1000), 4)
+    0.3576
+    >>> round(bound_seconds(4, 44.7e6, 100), 3), round(bound_seconds(4, 44.7e6, 100, latency_ms=20), 3)
+    (5.364, 5.404)
     """
-    return 2 * (peers - 1) / peers * size_bytes * 8 / (rate_mbit * 1e6)
+    return bandwidth_bound(peers, size_bytes, rate_mbit * 1e6 / 8, latency_ms / 1000)
 
 
 def per_round(rows: list[dict[str, Any]]) -> list[dict[str, float]]:

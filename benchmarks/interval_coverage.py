@@ -4,7 +4,9 @@ Repeats are drawn from known distributions, normal and log-normal, with a coeffi
 5, 15 and 25 % and n = 2, 3, 5, 10 runs a side, the same CV on both sides. Per cell and method:
 
 - **coverage**: how often the 95 % interval of the ratio holds the true ratio (1.25);
-- **false verdicts**: how often the verdict is "beyond the noise" when the true ratio is 1.
+- **false verdicts**: how often the verdict is "beyond the noise" when the true ratio is 1;
+- **detected**: how often it is "beyond the noise" when the true ratio is 1.25 (the power: what a
+  difference of 25 % needs in runs).
 
 Methods: **new**, the report's ``ratio_interval`` (Welch's t-interval on logarithms), called as the report
 calls it; **old**, the percentile bootstrap of the ratio of means the report used until issue #52
@@ -53,6 +55,8 @@ class Cell:
     false_verdicts: float
     #: the share of draws the method gave an interval for (the rest: no verdict)
     given: float
+    #: the share of draws at the true ratio TRUE_RATIO called beyond the noise
+    detected: float = 0.0
 
     @property
     def holds(self) -> bool:
@@ -108,6 +112,7 @@ def cell(distribution: str, variation: float, runs: int, method: str, draws: int
         coverage=sum(low <= TRUE_RATIO <= high for low, high in given) / max(len(given), 1),
         false_verdicts=sum(low > 1 or high < 1 for low, high in null) / max(len(null), 1),
         given=len(given) / draws,
+        detected=sum(low > 1 or high < 1 for low, high in given) / draws,
     )
 
 
@@ -123,15 +128,17 @@ def table(draws: int, seed: int, methods: tuple[str, ...] = ("old", "new")) -> l
 
 def markdown(cells: list[Cell], draws: int, seed: int) -> str:
     methods = sorted({c.method for c in cells}, key=("old", "new").index)
-    header = "| distribution | CV | runs a side | " + " | ".join(
-        f"{m}: coverage | {m}: false verdicts" for m in methods
+    header = (
+        "| distribution | CV | runs a side | "
+        + " | ".join(f"{m}: coverage | {m}: false verdicts" for m in methods)
+        + " | new: detects 1.25x"
     )
     lines = [
         f"{draws} draws a cell, seed {seed}; goal: coverage >= {COVERAGE_GOAL:.0%}, false verdicts <= "
         f"{FALSE_VERDICT_LIMIT:.0%} (a cell that misses it is marked **x**).",
         "",
         header + " |",
-        "|---" * (3 + 2 * len(methods)) + "|",
+        "|---" * (4 + 2 * len(methods)) + "|",
     ]
     by_key = {(c.distribution, c.variation, c.runs, c.method): c for c in cells}
     for distribution in DISTRIBUTIONS:
@@ -145,6 +152,7 @@ def markdown(cells: list[Cell], draws: int, seed: int) -> str:
                         "" if c.false_verdicts <= FALSE_VERDICT_LIMIT else " **x**"
                     )
                     parts += [cov, false]
+                parts.append(f"{by_key[distribution, variation, runs, 'new'].detected:.0%}")
                 lines.append("| " + " | ".join(parts) + " |")
     return "\n".join(lines) + "\n"
 

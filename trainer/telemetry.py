@@ -10,17 +10,17 @@ behave from the first scrape (the received share at NaN until a round has one: n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from experiment.results import ROUND_CAUSES, ROUND_KINDS, ROUND_OUTCOMES, RoundRecord, StepRecord
+from experiment.variables import SETTING_VARIABLES
+from trainer.config import RunConfig
 from trainer.memory import MEMORY_KINDS
-
-if TYPE_CHECKING:
-    from trainer.config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +80,14 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     "trainer_matchmaking_seconds": ("kind",),
     "trainer_averaging_received_share": ("kind",),
     "trainer_memory_bytes": ("kind",),
+    # the variables that define the run's setting and that the trainer knows (experiment/variables.py), and
+    # the peers it expects: runs with equal labels are repeats of one setting, as in the report
     "trainer_run_info": (
-        "model",
-        "dataset",
-        "batch_size",
-        "learning_rate",
-        "optimizer",
-        "max_steps",
-        "vcpus",
-        "data_workers",
-        "target_batch_size",
-        "local_updates",
+        *(
+            name
+            for name in SETTING_VARIABLES
+            if name in {f.name for f in dataclasses.fields(RunConfig)} and name not in ("strategy",)
+        ),
         "expected_peers",
     ),
 }

@@ -25,6 +25,7 @@ from controller.report.metrics import (
     best_accuracy,
     default_accuracy_targets,
     default_targets,
+    latency_seconds,
     loss_curve,
     median,
     merged_steps,
@@ -448,7 +449,9 @@ def _averaging(analysis: Analysis) -> Table:
             groups = [r["group_size"] for r in ok if r.get("group_size")]
             group = int(median(groups)) if groups else e.peer_count
             bound = (
-                bandwidth_bound(group, m_bytes, bandwidth) if m_bytes and bandwidth and group > 1 else None
+                bandwidth_bound(group, m_bytes, bandwidth, latency_seconds(e))
+                if m_bytes and bandwidth and group > 1
+                else None
             )
             middle = median(allreduce)
             moved = 2 * (group - 1) / group * m_bytes if m_bytes and group > 1 else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controller.report.intervals import against_baselines
-from controller.report.metrics import Analysis, Table, bandwidth_bound, median, total
+from controller.report.metrics import Analysis, Table, bandwidth_bound, latency_seconds, median, total
 
 if TYPE_CHECKING:
     from controller.report.data import Experiment
@@ -192,11 +192,15 @@ def predict(
     bandwidth: float,
     matchmaking_seconds: float,
     baseline_samples_per_second: float,
+    latency: float = 0.0,
+    average_state_every: int | None = None,
 ) -> dict[str, float]:
     """The granularity model of one Hivemind epoch (no local updates): every peer computes its share of the
-    target batch size, then one gradient all-reduce at the bandwidth bound after matchmaking.
+    target batch size, then one gradient all-reduce at the alpha-beta bound after matchmaking; the state
+    round (parameters, every ``average_state_every`` epochs, None: never) runs beside it on the same link,
+    so its bytes add to the epoch's share of the link.
 
-    T_compute = TBS / (n · bs) · t_step, T_communicate = matchmaking + 2 (n-1)/n · M / B,
+    T_compute = TBS / (n · bs) · t_step, T_communicate = matchmaking + 2 α + (1 + 1/k) · 2 (n-1)/n · M / B,
     granularity G = T_compute / T_communicate, predicted throughput TBS / (T_compute + T_communicate), and the
     predicted speedup over the baseline's throughput.
 
@@ -204,13 +208,20 @@ def predict(
     ...             bandwidth=10e6, matchmaking_seconds=1.0, baseline_samples_per_second=64.0)
     >>> p["compute_seconds"], p["communicate_seconds"], p["granularity"], p["speedup"]
     (5.0, 5.0, 1.0, 1.0)
+    >>> predict(peers=2, batch_size=32, target_batch_size=640, local_step_seconds=0.5, model_bytes=40e6,
+    ...         bandwidth=10e6, matchmaking_seconds=1.0, baseline_samples_per_second=64.0,
+    ...         average_state_every=1)["communicate_seconds"]
+    9.0
     """
     compute = target_batch_size / (peers * batch_size) * local_step_seconds
-    communicate = matchmaking_seconds + bandwidth_bound(peers, model_bytes, bandwidth)
+    state_share = 1 / average_state_every if average_state_every else 0.0
+    transfer = bandwidth_bound(peers, model_bytes, bandwidth)
+    communicate = matchmaking_seconds + 2 * latency + (1 + state_share) * transfer
     throughput = target_batch_size / (compute + communicate)
     return {
         "compute_seconds": compute,
         "communicate_seconds": communicate,
+        "matchmaking_seconds": matchmaking_seconds,
         "granularity": compute / communicate,
         "samples_per_second": throughput,
         "speedup": throughput / baseline_samples_per_second,
@@ -237,6 +248,15 @@ def prediction_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tab
         if not steps or not s.get("target_batch_size"):
             continue
         local_step = (total(steps, "step_seconds") - total(steps, "averaging_seconds")) / len(steps)
+        # the matchmaking the gradient rounds measured (rounds.csv), the configured time where none did
+        measured_matchmaking = median(
+            [
+                float(r["matchmaking_seconds"])
+                for peer in e.peers
+                for r in peer.rounds
+                if r.get("kind") == "gradients" and r.get("matchmaking_seconds") is not None
+            ]
+        )
         predicted = predict(
             peers=e.peer_count,
             batch_size=int(s["batch_size"]),
@@ -244,8 +264,14 @@ def prediction_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tab
             local_step_seconds=local_step,
             model_bytes=m_bytes,
             bandwidth=bandwidth,
-            matchmaking_seconds=float(s.get("matchmaking_time") or 0.0),
+            matchmaking_seconds=(
+                measured_matchmaking
+                if measured_matchmaking is not None
+                else float(s.get("matchmaking_time") or 0.0)
+            ),
             baseline_samples_per_second=base,
+            latency=latency_seconds(e),
+            average_state_every=int(s.get("average_state_every") or 1),
         )
         measured = (
             rows[e.experiment_id]["samples_per_second"] / base
@@ -257,6 +283,8 @@ def prediction_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tab
                 "experiment_id": e.experiment_id,
                 "setting": e.label(),
                 "local_step_s": local_step,
+                "matchmaking_s": predicted["matchmaking_seconds"],
+                "matchmaking_from": "rounds" if measured_matchmaking is not None else "setting",
                 "compute_s": predicted["compute_seconds"],
                 "communicate_s": predicted["communicate_seconds"],
                 "granularity": predicted["granularity"],
@@ -266,7 +294,8 @@ def prediction_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Tab
             }
         )
     columns = (
-        *("experiment_id", "setting", "local_step_s", "compute_s", "communicate_s", "granularity"),
+        *("experiment_id", "setting", "local_step_s", "matchmaking_s", "matchmaking_from"),
+        *("compute_s", "communicate_s", "granularity"),
         *("predicted_speedup", "measured_speedup", "error"),
     )
     title = "Granularity and predicted speedup (throughput over the baselines'), against the measured one"

@@ -29,7 +29,8 @@ Definitions (also printed in report.md):
 - **run edges** (Hivemind): the steps of all peers grouped by their Hivemind epoch into the first epoch,
   the middle epochs and the last two; per-step means of each phase (start-up or shutdown artefacts show
   as edges unlike the middle).
-- **averaging bound**: 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes.
+- **averaging bound**: 2α + 2(n−1)/n · M / B per round, n = the round's group size, M = parameters × 4 bytes,
+  α the link's one-way delay (``latency_ms``, 0 where none was set).
 - **peers** (Hivemind): a peer's **contribution** is its share of the run's samples; it **arrived** at an
   epoch's end when the step that took it to the next epoch began to wait for averaging (step end − averaging
   time); at each epoch all peers ended, the last to arrive is the one the others waited for, and each peer's
@@ -40,7 +41,9 @@ Definitions (also printed in report.md):
   peer waited for it 20 % or more of its time, or below 0.7 of the others' median samples/s) or a peer used
   less than 0.8 of its CPU limit (host).
 - **prediction** (Hivemind, gradient averaging): per epoch T_compute = TBS / (n · bs) · t_step (t_step: the
-  measured step time without averaging) and T_communicate = matchmaking time + 2(n−1)/n · M / B;
+  measured step time without averaging) and T_communicate = matchmaking + 2α + (1 + 1/k) · 2(n−1)/n · M / B
+  (matchmaking: the median the gradient rounds measured, the configured time where none did; k =
+  ``average_state_every``: the state round's bytes share the link);
   granularity T_compute / T_communicate; predicted speedup TBS / (T_compute + T_communicate) over the
   baselines' samples/s, against the measured one (error: predicted / measured − 1).
 - **shaped links** (Hivemind runs with ``bandwidth_mbit``): a run is **communication-bound** when averaging
@@ -233,9 +236,20 @@ def scaling_efficiency(
     return speedup * baseline_vcpus / vcpus
 
 
-def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float) -> float:
-    """Seconds a bandwidth-optimal all-reduce needs at least: 2(n−1)/n · M / B."""
-    return 2 * (group_size - 1) / group_size * model_bytes / bandwidth
+def latency_seconds(e: Experiment) -> float:
+    """The run's one-way link delay in (modelled) seconds: ``latency_ms`` / 1000, 0 where none was set."""
+    return float(e.settings.get("latency_ms") or 0.0) / 1000
+
+
+def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float, latency: float = 0.0) -> float:
+    """Seconds a bandwidth-optimal all-reduce needs at least (the alpha-beta bound): 2 α + 2(n−1)/n · M / B,
+    α the one-way link delay (``latency_ms``), paid once in each of the two phases (reduce-scatter and
+    all-gather, every part in parallel in Hivemind's butterfly all-reduce).
+
+    >>> bandwidth_bound(2, 10e6, 10e6), bandwidth_bound(2, 10e6, 10e6, latency=0.05)
+    (1.0, 1.1)
+    """
+    return 2 * latency + 2 * (group_size - 1) / group_size * model_bytes / bandwidth
 
 
 # ---------------------------------------------------------------------------------------- targets

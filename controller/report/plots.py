@@ -21,7 +21,7 @@ from controller.report.analysis import (  # noqa: E402
     Analysis,
 )
 from controller.report.faults import fault_windows  # noqa: E402
-from controller.report.metrics import bandwidth_bound  # noqa: E402
+from controller.report.metrics import bandwidth_bound, latency_seconds  # noqa: E402
 
 STRATEGY_COLOURS = {
     "baseline": "#333333",
@@ -234,13 +234,13 @@ def averaging_plot(analysis: Analysis, out: Path) -> Path:
         m_bytes = analysis.model_bytes.get(str(e.settings.get("model")))
         bandwidth = analysis.bandwidth or e.bandwidth_bytes_per_second
         if m_bytes and bandwidth and x > 1:
-            bounds[x] = bandwidth_bound(x, m_bytes, bandwidth)
+            bounds[x] = bandwidth_bound(x, m_bytes, bandwidth, latency_seconds(e))
     for x, bound in sorted(bounds.items()):
         axis.hlines(bound, x - 0.4, x + 0.4, color="black", linewidth=2)
     axis.scatter([], [], s=8, color="#c44e52", label="all-reduce per round")
     axis.scatter([], [], s=10, marker="x", color="#4c72b0", label="matchmaking per round")
     if bounds:
-        axis.plot([], [], color="black", linewidth=2, label="lower bound 2(n−1)/n·M/B")
+        axis.plot([], [], color="black", linewidth=2, label="lower bound 2α + 2(n−1)/n·M/B")
     else:
         axis.set_title("no bandwidth given (--bandwidth): lower bound not drawn", fontsize=9)
     if not drawn:

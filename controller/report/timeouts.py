@@ -5,12 +5,13 @@ Experiments that share every other setting (strategy, peers, model, data, batch 
 one group; within it each (matchmaking_time, averaging_timeout) pair is a candidate with its repeats. The
 target is the group's own: the highest final smoothed loss of any of its runs, so every run reaches it
 (the baselines' target does not apply: a timeouts grid need not run one). Per candidate: the mean time to
-that target with a 95 % bootstrap interval over its repeats, and the failed rounds per run.
+that target with a 95 % t-interval over its repeats, and the failed rounds per run.
 
-The recommendation is the candidate with the smallest mean time to target; a candidate whose interval
-overlaps the fastest one's is tied with it (a candidate of one repeat, which has no interval, is tied when
-its time lies in the other's interval), and among the tied the fewest failed rounds win (then the fastest).
-Two candidates of one repeat each are never tied: the report says so.
+The recommendation is the candidate with the smallest mean time to target; a candidate is tied with it where
+the interval of their times' ratio holds 1 (controller/report/intervals.py: Welch on logarithms, from 2
+runs a side), and among the tied the fewest failed rounds win (then the fastest). A candidate with fewer
+runs is neither tied nor beaten: undecided, and the recommendation says against how many (issue #52; the
+rule before compared the overlap of percentile-bootstrap intervals, which at 2 runs were the min-max).
 
 A group whose target is not below where its runs started (a run that ended no better than it began) did not
 learn: every run "reaches" that target at once, so the times measure noise. It gets no recommendation, and
@@ -24,7 +25,7 @@ from collections import defaultdict
 from typing import Any
 
 from controller.report.data import Experiment
-from controller.report.intervals import mean_interval
+from controller.report.intervals import MIN_RUNS, geometric_ratio, mean_interval, ratio_interval, verdict
 from controller.report.metrics import Table, time_to_target
 
 TIMEOUT_KEYS = ("matchmaking_time", "averaging_timeout")
@@ -40,6 +41,7 @@ COLUMNS = (
     "rounds_failed_per_run",
     "samples_per_second_mean",
     "recommended",
+    "against_fastest",
     "why",
 )
 
@@ -104,52 +106,71 @@ def _candidate(
         "time_to_target_mean": statistics.fmean(times) if times else None,
         "time_to_target_ci_low": interval[0] if interval else None,
         "time_to_target_ci_high": interval[1] if interval else None,
+        "times": times,  # not a column: the recommendation compares candidates by them
         "rounds_failed_per_run": statistics.fmean(failed) if failed else None,
         "samples_per_second_mean": statistics.fmean(rates) if rates else None,
     }
 
 
 def recommend(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mark the recommended candidate of one group (``recommended``, ``why``); fastest first.
+    """Mark the recommended candidate of one group (``recommended``, ``why``, ``against_fastest``); fastest
+    first. A candidate is tied with the fastest where the ratio of their times' interval (``ratio_interval``:
+    Welch on logarithms, MIN_RUNS runs a side) holds 1; among the tied the fewest failed rounds win. One with
+    fewer runs is undecided, never tied: the fastest stays the choice and ``why`` says what is not decided.
 
     >>> rows = recommend([
     ...     {"matchmaking_time": 5.0, "averaging_timeout": 60.0, "time_to_target_mean": 30.0,
-    ...      "time_to_target_ci_low": 26.0, "time_to_target_ci_high": 34.0, "rounds_failed_per_run": 0.0},
+    ...      "times": [26.0, 34.0, 30.0], "rounds_failed_per_run": 0.0},
     ...     {"matchmaking_time": 1.0, "averaging_timeout": 10.0, "time_to_target_mean": 28.0,
-    ...      "time_to_target_ci_low": 25.0, "time_to_target_ci_high": 31.0, "rounds_failed_per_run": 4.0},
+    ...      "times": [25.0, 31.0, 28.0], "rounds_failed_per_run": 4.0},
     ...     {"matchmaking_time": 2.0, "averaging_timeout": 10.0, "time_to_target_mean": 45.0,
-    ...      "time_to_target_ci_low": 40.0, "time_to_target_ci_high": 50.0, "rounds_failed_per_run": 0.0}])
+    ...      "times": [45.0], "rounds_failed_per_run": 0.0}])
     >>> [(r["matchmaking_time"], r["recommended"]) for r in rows]
     [(1.0, False), (5.0, True), (2.0, False)]
     >>> rows[1]["why"]
-    'tied with the fastest (intervals overlap), fewer failed rounds (0 vs 4 per run)'
+    'tied with the fastest (within the noise), fewer failed rounds (0 vs 4 per run); undecided against 1 \
+setting(s) of fewer than 2 runs'
+    >>> rows[2]["against_fastest"]
+    '1.61x its time, needs 2 runs a side'
     """
     reached = [c for c in candidates if c.get("time_to_target_mean") is not None]
     reached.sort(key=lambda c: c["time_to_target_mean"])
     others = [c for c in candidates if c.get("time_to_target_mean") is None]
     for c in candidates:
-        c.update(recommended=False, why="")
+        c.update(recommended=False, why="", against_fastest="")
     for c in others:
         c["why"] = "never reached the target"
     if not reached:
         return reached + others
     fastest = reached[0]
-    tied = [c for c in reached if c is fastest or _overlap(c, fastest)]
+    tied, undecided = [fastest], []
+    for c in reached[1:]:
+        interval = ratio_interval(c.get("times") or [], fastest.get("times") or [])
+        ratio = geometric_ratio(c.get("times") or [], fastest.get("times") or [])
+        c["against_fastest"] = (
+            f"{ratio:.2f}x its time"
+            + (f" (95 % interval {interval[0]:.2f}-{interval[1]:.2f})" if interval else "")
+            + f", {verdict(interval, ('slower', 'faster'))}"
+            if ratio is not None
+            else ""
+        )
+        if interval is None:
+            undecided.append(c)
+        elif interval[0] <= 1 <= interval[1]:
+            tied.append(c)
     choice = min(tied, key=lambda c: (c.get("rounds_failed_per_run") or 0.0, c["time_to_target_mean"]))
     choice["recommended"] = True
     if choice is fastest and len(tied) == 1:
-        choice["why"] = (
-            "fastest to the target"
-            if fastest.get("time_to_target_ci_low") is not None
-            else "fastest to the target (one repeat: no interval, so no ties)"
-        )
+        choice["why"] = "fastest to the target"
     elif choice is fastest:
         choice["why"] = "fastest to the target, and no more failed rounds than those tied with it"
     else:
         ours, theirs = choice.get("rounds_failed_per_run") or 0, fastest.get("rounds_failed_per_run") or 0
         choice["why"] = (
-            f"tied with the fastest (intervals overlap), fewer failed rounds ({ours:g} vs {theirs:g} per run)"
+            f"tied with the fastest (within the noise), fewer failed rounds ({ours:g} vs {theirs:g} per run)"
         )
+    if undecided:
+        choice["why"] += f"; undecided against {len(undecided)} setting(s) of fewer than {MIN_RUNS} runs"
     return reached + others
 
 
@@ -166,28 +187,6 @@ def did_not_learn(candidates: list[dict[str, Any]], target: float, start: float)
     return sorted(
         candidates, key=lambda c: (c.get("time_to_target_mean") is None, c.get("time_to_target_mean"))
     )
-
-
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Tied: both intervals overlap, or the one without an interval (one repeat) has its time inside the
-    other's interval.
-
-    >>> one = {"time_to_target_mean": 10.4}
-    >>> two = {"time_to_target_mean": 10.5, "time_to_target_ci_low": 8.5, "time_to_target_ci_high": 12.3}
-    >>> _overlap(one, two), _overlap(two, one), _overlap(one, one)
-    (True, True, False)
-    """
-    first, second = _interval(a), _interval(b)
-    if first is None and second is None:
-        return False
-    first = first or (a["time_to_target_mean"],) * 2
-    second = second or (b["time_to_target_mean"],) * 2
-    return first[0] <= second[1] and second[0] <= first[1]
-
-
-def _interval(c: dict[str, Any]) -> tuple[float, float] | None:
-    low, high = c.get("time_to_target_ci_low"), c.get("time_to_target_ci_high")
-    return (low, high) if low is not None and high is not None else None
 
 
 def recommendation_lines(table: Table) -> list[str]:

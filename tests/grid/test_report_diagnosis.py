@@ -150,7 +150,9 @@ def test_prediction_against_a_hand_computation():
     analysis = analyse([baseline, hivemind], target_loss=None, bandwidth=None)
     (row,) = analysis.tables["prediction"].rows
     compute = 256 / (2 * 32) * 0.2
-    communicate = 1.0 + 2 * (2 - 1) / 2 * m / 1e6
+    # the gradient all-reduce and, every epoch (average_state_every 1), the state round's bytes on the link
+    communicate = 1.0 + (1 + 1) * 2 * (2 - 1) / 2 * m / 1e6
+    assert (row["matchmaking_s"], row["matchmaking_from"]) == (1.0, "setting")  # the rounds measured none
     assert row["compute_s"] == pytest.approx(compute)
     assert row["communicate_s"] == pytest.approx(communicate)
     assert row["granularity"] == pytest.approx(compute / communicate)
@@ -159,6 +161,14 @@ def test_prediction_against_a_hand_computation():
     measured = 2 * 16 * 32 / (16 * 0.2 + 4 * 2.0) / baseline_rate
     assert row["measured_speedup"] == pytest.approx(measured)
     assert row["error"] == pytest.approx(row["predicted_speedup"] / measured - 1)
+    # where the rounds measured matchmaking, the prediction takes their median, not the setting
+    for peer in peers:
+        for round_, seconds in zip(peer.rounds, (0.5, 0.6, 0.7, 0.6), strict=True):
+            round_["matchmaking_seconds"] = seconds
+    hivemind.settings["average_state_every"] = 2
+    (row,) = analyse([baseline, hivemind], target_loss=None, bandwidth=None).tables["prediction"].rows
+    assert (row["matchmaking_s"], row["matchmaking_from"]) == (0.6, "rounds")
+    assert row["communicate_s"] == pytest.approx(0.6 + 1.5 * m / 1e6)
 
 
 def test_the_preprocessing_table_compares_data_pipelines_per_model():

@@ -136,7 +136,11 @@ def test_peers_table_names_who_waited_for_whom():
     # all-reduce, the slow one 0.5 s: both leave at 2.5 s. Epoch 1 likewise (arrivals 3.5 and 4.5 s).
     fast = _peer_steps(0.25, 4, 2, {0: 1.5, 1: 1.5})
     slow = _peer_steps(0.5, 4, 2, {0: 0.5, 1: 0.5})
-    hosts = {"peer-01": {"vcpus": 2, "bandwidth_mbit": 100.0}, "peer-02": {"vcpus": 1}}
+    # peer-01's link: 100 Mbit/s modelled, shaped to 100 / D = 50 locally (D = 2)
+    hosts = {
+        "peer-01": {"vcpus": 2, "bandwidth_mbit": 50.0, "modelled_bandwidth_mbit": 100.0},
+        "peer-02": {"vcpus": 1},
+    }
     experiment = Experiment(
         "hetero",
         Path("hetero"),
@@ -154,9 +158,10 @@ def test_peers_table_names_who_waited_for_whom():
     assert rows["peer-01"]["mean_wait_for_others_s"] == pytest.approx(1.0)
     assert rows["peer-02"]["mean_wait_for_others_s"] == pytest.approx(0.0)
     assert rows["peer-01"]["contribution"] == pytest.approx(0.5)  # equal steps here: equal samples
-    assert (rows["peer-01"]["vcpus"], rows["peer-01"]["bandwidth_mbit"], rows["peer-02"]["vcpus"]) == (
-        2,
+    assert (rows["peer-01"]["vcpus"], rows["peer-02"]["vcpus"]) == (2, 1)
+    # both link rates (issue #52): the modelled VM's and the one applied here
+    assert (rows["peer-01"]["modelled_bandwidth_mbit"], rows["peer-01"]["applied_bandwidth_mbit"]) == (
         100.0,
-        1,
+        50.0,
     )
     assert rows["peer-01"]["compute_ms"] == pytest.approx(250)

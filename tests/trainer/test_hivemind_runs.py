@@ -241,7 +241,8 @@ def test_two_peers_average_and_agree(peers, local_updates, chance):
     assert {s["strategy_details"]["stop_requested_by"] for s in summaries} <= {"peer-01", "peer-02"}
     first_epoch = [s["strategy_details"]["epochs"][0]["steps"] for s in summaries]
     chance.expect(min(first_epoch) >= max(first_epoch) / 3, "the peers shared the first epoch", first_epoch)
-    # peers whose last rounds both succeeded in the same epoch hold the same parameters
+    # peers whose last rounds both succeeded in the same epoch, each with the full share received, hold the
+    # same parameters: asserted whenever that holds, recorded when it does not
     details = [s["strategy_details"] for s in summaries]
     same_epoch = chance.expect(
         details[0]["hivemind_epoch"] == details[1]["hivemind_epoch"],
@@ -249,7 +250,11 @@ def test_two_peers_average_and_agree(peers, local_updates, chance):
         [d["hivemind_epoch"] for d in details],
     )
     last_rounds = [read_rounds(p.results)[-1] for p in (first, second)]
-    if same_epoch and all(r["outcome"] == "ok" for r in last_rounds):
+    full = all(
+        r["outcome"] == "ok" and (r.get("received_share") is None or r["received_share"] >= 1.0)
+        for r in last_rounds
+    )
+    if same_epoch and full and last_rounds[0]["epoch"] == last_rounds[1]["epoch"]:
         sample_a, sample_b = details[0]["final_params_sample"], details[1]["final_params_sample"]
         assert sample_a == pytest.approx(sample_b, abs=1e-6), (sample_a, sample_b)
         assert details[0]["final_params_norm"] == pytest.approx(details[1]["final_params_norm"], rel=1e-6)
