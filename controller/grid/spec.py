@@ -22,16 +22,19 @@ Expressions (controller/grid/expr.py) read the constants, the settings so far an
 whose strategy is ``baseline`` are the baselines the report compares the others with.
 
 A block runs DEFAULT_REPEATS (3) repeats unless it sets ``repeats:``: one run cannot tell a real difference
-from this testbed's run-to-run noise (docs/statistics.md). Repeats are independent samples, not copies: where
-a block sets no ``seed``, repeat r runs with seed r - 1
+from this testbed's run-to-run noise. The report's intervals hold from 2 runs a side (MIN_RUNS), but at 2 the
+t-quantile is 4.3-12.7 and a 25 % difference is found a third of the time at 5 % noise; at 3, 92 % of the time
+(docs/statistics.md, the Monte Carlo table): 3 is the fewest that makes the intervals usable.
+Repeats are independent samples, not copies: where a block sets no ``seed``, repeat r runs with seed r - 1
 (model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
 not include this seed, so a grid's ids stay the same.
 
 The testbed's noise floor (issue #26): unless the grid says ``noise_floor: false``, its first run is a short
 ``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
-alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS). How
-far apart their samples/s land is the smallest difference the grid's results can show; `trainer report`
-prints it. It runs once per grid, whatever ``--only`` or ``--repeat`` select.
+alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS),
+DEFAULT_REPEATS times (``--repeat N``: N times). How far apart the runs' samples/s land is the smallest
+difference the grid's results can show (one run gives no floor); `trainer report` prints it. It runs
+whatever ``--only`` selects.
 
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
 ...), so an interrupted grid has covered as many settings as possible.
@@ -193,14 +196,16 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
     if not isinstance(noise_floor, bool):
         where.fail("noise_floor", f"must be true or false (got {noise_floor!r})")
     if noise_floor:
-        runs = [noise_floor_run(runs), *(dataclasses.replace(run, index=run.index + 1) for run in runs)]
+        floor = noise_floor_runs(runs, DEFAULT_REPEATS if repeats is None else repeats)
+        runs = [*floor, *(dataclasses.replace(run, index=run.index + len(floor)) for run in runs)]
         names.insert(0, NOISE_FLOOR_BLOCK)
     description = str(top.get("description", "")).strip()
     return Grid(name=name, path=path, description=description, runs=tuple(runs), blocks=tuple(names))
 
 
-def noise_floor_run(runs: list[Run]) -> Run:
-    """The grid's noise-floor run (module docstring): its run with the most peers, as `solo`, short."""
+def noise_floor_runs(runs: list[Run], repeats: int) -> list[Run]:
+    """The grid's noise-floor runs (module docstring): its run with the most peers, as `solo`, short,
+    ``repeats`` times (the floor is the spread between runs: one run gives none)."""
 
     def setting(run: Run, var: str) -> int:
         return int(run.settings.get(var, BY_NAME[var].default))
@@ -211,7 +216,10 @@ def noise_floor_run(runs: list[Run]) -> Run:
     settings["max_steps"] = min(setting(source, "max_steps"), NOISE_FLOOR_STEPS)
     # Hivemind's own settings do not apply to peers that train alone
     ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings and var not in HIVEMIND_FIELDS}
-    return Run(1, NOISE_FLOOR_BLOCK, 1, ordered, f"{NOISE_FLOOR_BLOCK}-{experiment_id(ordered, 1)}")
+    return [
+        Run(r, NOISE_FLOOR_BLOCK, r, ordered, f"{NOISE_FLOOR_BLOCK}-{experiment_id(ordered, r)}")
+        for r in range(1, repeats + 1)
+    ]
 
 
 def _expand_block(

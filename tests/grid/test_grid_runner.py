@@ -101,8 +101,8 @@ def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_i
 
     completed = trainer(*grid_args(tmp_path, "--only", "strategy == 'baseline'"), env=stand_in_env)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    # the baselines and the grid's noise floor, which runs whatever --only selects
-    assert "4 runs selected, 1 already complete, 3 to run" in completed.stdout
+    # the baselines and the grid's noise floor (3 solo runs), which runs whatever --only selects
+    assert "6 runs selected, 1 already complete, 5 to run" in completed.stdout
     assert calls(tmp_path)[0] == f"experiment {SMOKE_IDS[0]} force=False"  # the noise floor comes first
     assert f"experiment {partial} force=True" in calls(tmp_path)  # partial results are redone as a whole
     assert (results / done / "baseline" / "steps.csv").exists()

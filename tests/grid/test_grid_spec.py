@@ -20,15 +20,15 @@ LEARNING_RATES = (0.001, 0.01, 0.1)
 
 
 def study_runs(grid: Grid) -> list[Run]:
-    """The grid's runs less its noise floor (the first run, issue 26)."""
+    """The grid's runs less its noise floor (the first runs, issues 26 and 52)."""
     return [run for run in grid.runs if run.block != "noise-floor"]
 
 
 def test_thesis_counts_match_the_study():
     grid = load_grid(THESIS)
-    # and the noise floor first: 16 peers of 1 vCPU training alone (issue 26)
-    assert grid.totals() == {"baseline": 36, "hivemind": 144, "solo": 1}
-    assert len({run.experiment_id for run in grid.runs}) == 181
+    # and the noise floor first: 16 peers of 1 vCPU training alone (issue 26), 3 times (issue 52)
+    assert grid.totals() == {"baseline": 36, "hivemind": 144, "solo": 3}
+    assert len({run.experiment_id for run in grid.runs}) == 183
 
 
 def test_thesis_baselines_are_table_5_1():
@@ -118,8 +118,8 @@ def test_thesis_hivemind_is_table_5_2():
     ],
 )
 def test_thesis_sampled_runs(index, expected):
-    run = load_grid(THESIS).runs[index]  # the study's run `index`, after the noise floor (run 1)
-    assert run.index == index + 1
+    run = study_runs(load_grid(THESIS))[index - 1]  # the study's run `index`, after the 3 noise-floor runs
+    assert run.index == index + 3
     assert {key: run.settings[key] for key in expected} == expected
 
 
@@ -141,17 +141,17 @@ def test_thesis_dry_run_lists_the_study():
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     assert lines[-1] == (
-        "total: 181 runs (36 baseline runs, 144 hivemind runs, 1 solo run); 0 complete, 181 to run"
+        "total: 183 runs (36 baseline runs, 144 hivemind runs, 3 solo runs); 0 complete, 183 to run"
     )
     listed = [line for line in lines if line.strip()[:1].isdigit()]
-    assert len(listed) == 181 and "noise-floor" in listed[0]
+    assert len(listed) == 183 and all("noise-floor" in line for line in listed[:3])
     assert "max_steps=625" in listed[-1] and "peers=16" in listed[-1]
 
 
 def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     grid = load_grid(SMOKE)
     # issue #26: 3 repeats where a block sets none, and the noise floor first
-    assert grid.totals() == {"baseline": 3, "hivemind": 6, "solo": 1}
+    assert grid.totals() == {"baseline": 3, "hivemind": 6, "solo": 3}
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
     settings = [{k: v for k, v in run.settings.items() if k != "seed"} for run in baselines]
     assert settings[0] == settings[1] == settings[2]  # the same setting ...
@@ -159,7 +159,7 @@ def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     assert [(run.repeat, run.settings["seed"]) for run in baselines] == [(1, 0), (2, 1), (3, 2)]
     hivemind = [run for run in grid.runs if run.strategy == "hivemind"]
     assert {run.settings["local_updates"] for run in hivemind} == {True, False}
-    for run in grid.runs[1:]:  # same samples in every experiment
+    for run in study_runs(grid):  # same samples in every experiment
         assert run.settings["max_steps"] * run.settings["peers"] * run.settings["batch_size"] == 3200
 
 
@@ -196,11 +196,11 @@ def test_repeat_and_only_select_runs():
         "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.splitlines()[-1].startswith("total: 5 runs (4 baseline runs, 1 solo run)")
+    assert completed.stdout.splitlines()[-1].startswith("total: 6 runs (4 baseline runs, 2 solo runs)")
     hivemind = trainer(
         "grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3"
     )
-    assert hivemind.stdout.splitlines()[-1].startswith("total: 19 runs (18 hivemind runs, 1 solo run)")
+    assert hivemind.stdout.splitlines()[-1].startswith("total: 21 runs (18 hivemind runs, 3 solo runs)")
 
 
 def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
@@ -349,9 +349,10 @@ def test_preprocessing_grid_crosses_strategies_and_workers():
     assert all(run.settings["dataset"] == "imagefolder" for run in runs)
 
 
-def test_the_noise_floor_runs_first_once_whatever_only_and_repeat_select(tmp_path):
-    """Issue 26: a short solo run of the grid's largest run, Hivemind's own settings left out; opt out with
-    noise_floor: false, anything but a bool refused."""
+def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_selects(tmp_path):
+    """Issues 26 and 52: short solo runs of the grid's largest run, Hivemind's own settings left out, as many
+    as the grid's repeats (the floor is the spread between runs); opt out with noise_floor: false, anything
+    but a bool refused."""
     grid = load_grid(SMOKE, repeats=2)
     first = grid.runs[0]
     assert (first.index, first.block, first.repeat, first.strategy) == (1, "noise-floor", 1, "solo")
@@ -361,9 +362,12 @@ def test_the_noise_floor_runs_first_once_whatever_only_and_repeat_select(tmp_pat
     assert first.settings["eval_every"] == 0
     assert not {"target_batch_size", "local_updates", "matchmaking_time"} & set(first.settings)
     assert [run.index for run in grid.runs] == list(range(1, len(grid.runs) + 1))
-    assert [r.block for r in grid.runs].count("noise-floor") == 1
+    floor = [r for r in grid.runs if r.block == "noise-floor"]
+    assert [r.repeat for r in floor] == [1, 2] and floor[1].settings == first.settings
+    assert floor[1].experiment_id == first.experiment_id[:-1] + "2"
+    assert [r.block for r in load_grid(SMOKE).runs].count("noise-floor") == 3  # DEFAULT_REPEATS
     selected = select_runs(grid, "strategy == 'baseline'")
-    assert [r.strategy for r in selected] == ["solo", "baseline", "baseline"]
+    assert [r.strategy for r in selected] == ["solo", "solo", "baseline", "baseline"]
     path = tmp_path / "quiet.yml"
     path.write_text(SMOKE.read_text() + "noise_floor: false\n")
     assert "solo" not in load_grid(path).totals()
