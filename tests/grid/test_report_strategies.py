@@ -106,3 +106,40 @@ def test_bytes_per_sample_and_memory_per_rank_with_each_zero_stage():
     assert memory["fsdp-2"]["peak_rss_mb"] == pytest.approx(600.000001)
     assert memory["ds-z3"]["gradient_mb"] is None  # a summary without the figure
     assert memory["ds-z3"]["strategy"] == "deepspeed-z3"
+
+
+def test_the_strategies_grid_keeps_every_zero_stage_and_diloco_h_apart_in_every_table():
+    """Issue 52: the runs `trainer grid grids/strategies.yml --repeat 2` makes, as the report reads them
+    (their settings from the grid, rates made up): ZeRO-1/2/3 and DiLoCo H 5/25 are separate settings in the
+    repeats, comparisons and strategies tables and the diagnosis, never repeats of one."""
+    from controller.grid.spec import load_grid
+    from controller.report.data import distinguish_labels
+
+    grid = load_grid(Path(__file__).resolve().parents[2] / "grids" / "strategies.yml", repeats=2)
+    experiments = []
+    for run in grid.runs:
+        if run.block == "noise-floor":
+            continue
+        peers = int(run.settings["peers"])
+        # a rate per setting that differs between ZeRO stages and syncs, and a little between repeats
+        step = (
+            0.1
+            + 0.01 * int(run.settings.get("zero_stage") or 0)
+            + 0.001 * int(run.settings.get("sync_every") or 0)
+        )
+        step *= 1 + 0.01 * run.repeat
+        settings = {**run.settings, "vcpus": 1}
+        runs = [PeerRun(f"peer-{i + 1:02d}", _steps(step, 0.0), [], True) for i in range(peers)]
+        experiments.append(Experiment(run.experiment_id, Path(run.experiment_id), settings, True, runs))
+    analysis = analyse(distinguish_labels(experiments), target_loss=None, bandwidth=None)
+    expected = {f"deepspeed-z{stage} {p}p bs32" for stage in (1, 2, 3) for p in (2, 4)}
+    expected |= {f"diloco {p}p bs32 H{h}" for h in (5, 25) for p in (2, 4)}
+    repeats = {row["setting"]: row["repeats"] for row in analysis.tables["repeats"].rows}
+    assert {label: repeats.get(label) for label in expected} == dict.fromkeys(expected, 2), repeats
+    compared = {row["setting"] for row in analysis.tables["comparisons"].rows}
+    assert expected <= compared, compared
+    settings_per_run = {row["experiment_id"]: row["setting"] for row in analysis.tables["strategies"].rows}
+    for table in ("strategies", "diagnosis"):
+        labels = [row["setting"] for row in analysis.tables[table].rows]
+        assert all(labels.count(label) == 2 for label in expected), (table, labels)
+    assert len(set(settings_per_run.values())) == len(settings_per_run) // 2
