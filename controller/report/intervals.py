@@ -58,7 +58,8 @@ def _t_quantile(df: float) -> float:
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
-    """The 95 % Student t-interval of the mean; None below MIN_RUNS values or where they are all equal.
+    """The 95 % Student t-interval of the mean, its low end at least 0 (every metric here is a rate or a
+    time); None below MIN_RUNS values or where they are all equal.
 
     >>> low, high = mean_interval([10.0, 11.0, 12.0, 13.0])
     >>> round(low, 2), round(high, 2)
@@ -73,7 +74,7 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
         return None
     half = _t_quantile(len(values) - 1) * spread / math.sqrt(len(values))
     mean = statistics.fmean(values)
-    return mean - half, mean + half
+    return max(0.0, mean - half), mean + half
 
 
 def _logs(values: Sequence[float]) -> list[float] | None:
@@ -121,8 +122,9 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float]) -> 
 def runs_needed(numerator: Sequence[float], denominator: Sequence[float], most: int = 1000) -> int | None:
     """About how many runs a side a verdict on a ratio this large needs: the fewest n at which a two-sided
     5 % t-test of the difference of mean logarithms, with the two sides' pooled spread, has POWER (80 %)
-    against the difference measured: (t(2n-2, 0.975) + t(2n-2, POWER)) · s · sqrt(2 / n) <= |d|. None: no
-    spread or no difference measured (or more than ``most``).
+    against the difference measured: (t(2n-2, 0.975) + t(2n-2, POWER)) · s · sqrt(2 / n) <= |d|, and more
+    than the runs either side has (they did not decide it). None: no spread or no difference measured (or
+    more than ``most``).
 
     >>> runs_needed([110.0, 100.0, 120.0], [100.0, 90.0, 110.0])
     17
@@ -139,7 +141,7 @@ def runs_needed(numerator: Sequence[float], denominator: Sequence[float], most: 
     from scipy.stats import t
 
     spread = math.sqrt(statistics.fmean(spreads))
-    for n in range(MIN_RUNS, most + 1):
+    for n in range(max(MIN_RUNS, min(len(top), len(bottom)) + 1), most + 1):
         df = 2 * n - 2
         if (t.ppf(0.5 + CONFIDENCE / 2, df) + t.ppf(POWER, df)) * spread * math.sqrt(2 / n) <= difference:
             return n
@@ -446,13 +448,23 @@ def noise_floor_lines(table: Table) -> list[str]:
         ]
     worst = max((row for row in table.rows if row["floor"] is not None), key=lambda row: row["floor"])
     return [
-        f"Noise floor: {floor:.0%} (95 % interval {worst['floor_ci_low']:.0%}-{worst['floor_ci_high']:.0%}): "
+        f"Noise floor: {floor:.0%} (95 % interval {_share(worst['floor_ci_low'])}-"
+        f"{_share(worst['floor_ci_high'])}, from {worst['runs']} runs): "
         "two identical runs' samples/s land within that of each other 95 % of the time, from "
-        f"{worst['runs']} solo runs of `{worst['setting']}` ({worst['samples_per_second_min']:.4g}-"
+        f"the solo runs of `{worst['setting']}` ({worst['samples_per_second_min']:.4g}-"
         f"{worst['samples_per_second_max']:.4g} samples/s). A speedup closer to 1 than that is within this "
         "testbed's noise, whatever its interval says (`noise_floor.csv`; `within_noise_floor` in "
         "`comparisons.csv`)."
     ]
+
+
+def _share(value: float) -> str:
+    """A share in percent; beyond 1000 % (a chi-square bound from 2 runs) only that it is.
+
+    >>> _share(0.158), _share(37500.5)
+    ('16%', 'over 1000%')
+    """
+    return "over 1000%" if value > 10 else f"{value:.0%}"
 
 
 def verdict_lines(comparisons: Table, repeats: Table) -> list[str]:
