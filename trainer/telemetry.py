@@ -25,6 +25,7 @@ from trainer.memory import MEMORY_KINDS
 log = logging.getLogger(__name__)
 
 BASE_LABELS = ("run_id", "peer", "strategy")
+_RUN_CONFIG_FIELDS = {field.name for field in dataclasses.fields(RunConfig)}
 ROUND_LABELS = ("kind", "outcome")
 # Seconds, 1 ms … 300 s: data loading and small-model steps sit in milliseconds, ResNet18 steps in tenths of a
 # second, averaging rounds in seconds, stalled rounds (timeouts) in minutes.
@@ -83,11 +84,7 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     # the variables that define the run's setting and that the trainer knows (experiment/variables.py), and
     # the peers it expects: runs with equal labels are repeats of one setting, as in the report
     "trainer_run_info": (
-        *(
-            name
-            for name in SETTING_VARIABLES
-            if name in {f.name for f in dataclasses.fields(RunConfig)} and name not in ("strategy",)
-        ),
+        *(name for name in SETTING_VARIABLES if name in _RUN_CONFIG_FIELDS and name not in BASE_LABELS),
         "expected_peers",
     ),
 }

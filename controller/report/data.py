@@ -39,9 +39,6 @@ from experiment.variables import (
     setting_identity,
 )
 
-#: settings the report groups experiments by: the variables that define a setting (experiment/variables.py)
-SETTING_KEYS = SETTING_VARIABLES
-
 
 @dataclass
 class PeerRun:
@@ -173,21 +170,17 @@ def distinguish_labels(experiments: list[Experiment]) -> list[Experiment]:
     >>> [e.label() for e in distinguish_labels(runs)]
     ['2p tbsNone', '2p tbsNone latency_ms=20']
     """
-    by_label: dict[str, dict[tuple[Any, ...], Experiment]] = {}
+    by_label: dict[str, list[Experiment]] = {}
     for e in experiments:
-        by_label.setdefault(e._base_label(), {}).setdefault(e.setting_key(), e)
-    for settings in by_label.values():
-        if len(settings) < 2:
+        by_label.setdefault(e._base_label(), []).append(e)
+    for group in by_label.values():
+        keys = list(dict.fromkeys(e.setting_key() for e in group))
+        if len(keys) < 2:
             continue
-        keys = list(settings)
-        differing = [i for i, (name, _) in enumerate(keys[0]) if len({key[i][1] for key in keys}) > 1]
-        suffixes = {
-            key: "".join(f" {key[i][0]}={key[i][1]}" for i in differing if key[i][1] is not None)
-            for key in keys
-        }
-        for e in experiments:
-            if e._base_label() in (settings[keys[0]]._base_label(),) and e.setting_key() in suffixes:
-                e.label_suffix = suffixes[e.setting_key()]
+        differing = [i for i in range(len(keys[0])) if len({key[i][1] for key in keys}) > 1]
+        for e in group:
+            key = e.setting_key()
+            e.label_suffix = "".join(f" {key[i][0]}={key[i][1]}" for i in differing if key[i][1] is not None)
     return experiments
 
 
@@ -198,7 +191,7 @@ def load_experiment(path: Path) -> Experiment | None:
     document = _read_json(path / "experiment.json") or {}
     configs = [read_config(peer_dir) or {} for peer_dir in peer_dirs]
     settings: dict[str, Any] = {}
-    settings.update({key: configs[0][key] for key in SETTING_KEYS if key in configs[0]})
+    settings.update({key: configs[0][key] for key in SETTING_VARIABLES if key in configs[0]})
     settings.update(document.get("settings") or {})
     for key in ("strategy", "peers"):
         if document.get(key) is not None:

@@ -195,16 +195,17 @@ def censored_verdict(
     reached = "{} of {} vs {} of {} reached".format(*counts)
     chance = 2 / math.comb(len(ours) + len(theirs), len(ours)) if ours and theirs else 1.0
 
-    def first(a, a_ends, b, b_ends) -> bool:
+    def first(a: Sequence[float | None], b: Sequence[float | None], b_ends: Sequence[float]) -> bool:
+        """Every run of ``a`` reached the target before any run of ``b`` reached it or ended."""
         if not a or any(t is None for t in a):
             return False
         latest = max(float(t) for t in a if t is not None)
         return all((t if t is not None else end) > latest for t, end in zip(b, b_ends, strict=True))
 
     if chance <= 1 - CONFIDENCE:
-        if first(ours, ours_ends, theirs, theirs_ends):
+        if first(ours, theirs, theirs_ends):
             return f"{words[0]} beyond the noise ({reached})"
-        if first(theirs, theirs_ends, ours, ours_ends):
+        if first(theirs, ours, ours_ends):
             return f"{words[1]} beyond the noise ({reached})"
     return f"undecided: {reached}"
 
