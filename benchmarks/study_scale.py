@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
+from benchmarks.process_census import Sampler, summarise  # noqa: E402
 from controller.report.metrics import scaling_efficiency  # noqa: E402
 from experiment.results import read_rounds, read_summary  # noqa: E402
 from trainer.calibrate import core_blocks  # noqa: E402
@@ -59,9 +60,15 @@ class Configuration:
 
 
 def plan(
-    total: int, peer_counts: list[int], local_updates: list[bool], strategies: tuple[str, ...] = ("hivemind",)
+    total: int,
+    peer_counts: list[int],
+    local_updates: list[bool],
+    strategies: tuple[str, ...] = ("hivemind",),
+    overlap: bool = False,
 ) -> list[Configuration]:
-    """The configurations for ``total`` cores.
+    """The configurations for ``total`` cores: each process on its own block of total/N cores, or with
+    ``overlap`` every process on all of them with as many threads (the peers then share the cores, as the
+    processes of one peer share its VM's).
 
     >>> [c.name for c in plan(16, [2, 4], [False, True])]
     ['base', 'p2-solo', 'p2-luoff', 'p2-luon', 'p4-solo', 'p4-luoff', 'p4-luon']
@@ -70,7 +77,7 @@ def plan(
     """
     configurations = [Configuration("base", "baseline", 1, total)]
     for peers in peer_counts:
-        cores = total // peers
+        cores = total if overlap else total // peers
         configurations.append(Configuration(f"p{peers}-solo", "baseline", peers, cores, reference=True))
         if "hivemind" in strategies:
             for updates in local_updates:
@@ -143,12 +150,17 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
     directory = args.out / config.directory
     directory.mkdir(parents=True, exist_ok=True)
     run_id = f"study-scale-{config.name}-{int(time.time())}"
-    blocks = core_blocks(config.peers, config.cores_per_peer, available)
+    blocks = (
+        [available[: config.cores_per_peer]] * config.peers
+        if args.overlap
+        else core_blocks(config.peers, config.cores_per_peer, available)
+    )
     names = ["baseline"] if config.name == "base" else [f"peer-{i + 1:02d}" for i in range(config.peers)]
     processes: list[subprocess.Popen] = []
     started = time.time()
     bootstrap = ""
     rendezvous, lighthouse, helpers = f"127.0.0.1:{free_port()}", "", []
+    sampler = Sampler({}, interval=args.census_interval).start()
     try:
         if config.strategy == "diloco":
             process, lighthouse = start_lighthouse(directory / "lighthouse.log", args.averaging_timeout)
@@ -160,12 +172,15 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
                 command += rank_args(args, config, index, rendezvous, lighthouse)
             if config.strategy == "hivemind" and index > 0:
                 command += ["--initial-peers", bootstrap]
-            processes.append(start(command, directory / f"{name}.log", cores))
+            processes.append(start(command, directory / f"{name}.log", cores, wait_policy=args.policy_env))
+            sampler.sessions[name] = processes[-1].pid  # each process leads its own session
             if config.strategy == "hivemind" and index == 0:
                 bootstrap = wait_for_multiaddr(peer_dir / "multiaddrs.txt", processes[0])
         wait_all(processes, args.timeout)
     finally:
+        samples = sampler.stop()
         stop_all(processes + helpers)
+    (directory / "processes.json").write_text(json.dumps(summarise(samples), indent=2) + "\n")
     complete = all(p.returncode == 0 for p in processes) and all(
         (read_summary(directory / n) or {}).get("complete") for n in names
     )
@@ -194,9 +209,15 @@ def experiment_document(
         "learning_rate": args.learning_rate,
         "optimizer": "sgd",
         "max_steps": args.steps,
+        "omp_wait_policy": args.omp_wait_policy,
+        "placement": "overlap" if args.overlap else "blocks",
     }
     if config.strategy == "hivemind":
-        settings.update(target_batch_size=args.target_batch_size, local_updates=config.local_updates)
+        settings.update(
+            target_batch_size=args.target_batch_size,
+            local_updates=config.local_updates,
+            average_state_every=args.average_state_every,
+        )
     if config.strategy == "diloco":
         settings.update(sync_every=args.sync_every)
     return {
@@ -205,7 +226,11 @@ def experiment_document(
         "strategy": config.strategy,
         "peers": config.peers,
         "settings": settings,
-        "placement": {"method": "os.sched_setaffinity, one disjoint core block per process", "cores": blocks},
+        "placement": {
+            "method": "os.sched_setaffinity: "
+            + ("every process on the same cores" if args.overlap else "one disjoint core block per process"),
+            "cores": blocks,
+        },
         "machine": {"cores": os.cpu_count(), "reference": config.reference},
         "started": started,
         "finished": time.time(),
@@ -295,6 +320,32 @@ def table(args: argparse.Namespace, configurations: list[Configuration]) -> list
     return lines
 
 
+def census_table(args: argparse.Namespace, configurations: list[Configuration]) -> list[str]:
+    """Per configuration and kind of process, summed over the peers: processes, threads (most seen), cores
+    used over the sampled window and the thread settings it inherited (processes.json)."""
+    lines = [f"{'config':<10} {'process':<16} {'count':>5} {'threads':>7} {'cores':>6}  environment"]
+    for config in configurations:
+        try:
+            peers = json.loads((args.out / config.directory / "processes.json").read_text())
+        except (OSError, ValueError):
+            continue
+        kinds: dict[str, dict[str, Any]] = {}
+        for per_kind in peers.values():
+            for name, row in per_kind.items():
+                empty = {"processes": 0, "threads": 0, "cores": 0.0, "environment": {}}
+                total = kinds.setdefault(name, empty)
+                for field in ("processes", "threads", "cores"):
+                    total[field] += row[field]
+                total["environment"] = row["environment"]
+        for name, row in sorted(kinds.items()):
+            settings = " ".join(f"{k}={v}" for k, v in sorted(row["environment"].items()))
+            lines.append(
+                f"{config.name:<10} {name:<16} {row['processes']:>5} {row['threads']:>7} "
+                f"{row['cores']:>6.2f}  {settings}"
+            )
+    return lines
+
+
 def _fmt(value: float | None, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
@@ -321,6 +372,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="Hivemind: average parameters every N epochs (1, Hivemind's default: in the background)",
     )
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=("passive", "active", "unset"),
+        default="passive",
+        help="how idle OpenMP threads wait: passive (sleep, the trainer unit's setting), active (spin), "
+        "unset (GNU OpenMP's default: spin a while, then sleep)",
+    )
+    parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="every process on all --total-vcpus cores with as many threads (default: disjoint blocks)",
+    )
+    parser.add_argument("--census-interval", type=float, default=3.0, help="seconds between process censuses")
     parser.add_argument("--averaging-timeout", type=float, default=60.0)
     parser.add_argument("--finish-grace", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one configuration may take")
@@ -333,6 +397,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.updates = [{"off": False, "on": True}[v] for v in args.local_updates.split(",") if v]
     except (ValueError, KeyError):
         parser.error("--peers takes integers, --local-updates off and/or on")
+    args.policy_env = "" if args.omp_wait_policy == "unset" else args.omp_wait_policy.upper()
     args.strategy_names = tuple(filter(None, args.strategies.split(",")))
     unknown = set(args.strategy_names) - {"hivemind", "ddp", "diloco"}
     if unknown or not args.strategy_names:
@@ -349,7 +414,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    configurations = plan(args.total_vcpus, args.peer_counts, args.updates, args.strategy_names)
+    configurations = plan(args.total_vcpus, args.peer_counts, args.updates, args.strategy_names, args.overlap)
     wanted = set(filter(None, args.only.split(",")))
     failed = []
     for config in [] if args.table_only else configurations:
@@ -368,9 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         f"\nmachine: {os.cpu_count()} cores; {args.model}, {args.dataset}, batch {args.batch_size}, "
         f"lr {args.learning_rate}, TBS {args.target_batch_size}, {args.steps} steps per process, "
         f"parameters averaged every {args.average_state_every} epochs; DiLoCo syncs every {args.sync_every} "
-        "steps"
+        f"steps; OpenMP wait policy {args.omp_wait_policy}; "
+        + ("every process on all the cores" if args.overlap else "each process on its own cores")
     )
     print("\n".join(table(args, configurations)))
+    print("\nprocesses (all peers of a configuration; cores: CPU seconds / wall seconds while sampled):")
+    print("\n".join(census_table(args, configurations)))
     print(
         "S: total samples/s over the baseline's on all cores; E: scaling efficiency, S per vCPU against the "
         "baseline's (the peers share its cores: E = S, 1.0 the ceiling without communication); local: a "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
-from controller.calibration import CalibrationError
+from controller.calibration import CalibrationError, hivemind_model_caveat
 from controller.calibration import load as load_calibration
 from experiment.variables import (
     DATA_PARALLEL_FIELDS,
@@ -298,6 +298,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 f"link is dilated by D = {dilation:.2f}: modelled times are the measured ones / D "
                 "(docs/compute-calibration.md)"
             )
+            if settings["strategy"] == "hivemind":
+                caveats = {v: c for v in sorted(set(declared.values())) if (c := hivemind_model_caveat(v))}
+                warnings += [f"{caveat} (docs/study-scale.md)" for caveat in caveats.values()]
         elif local and scale < 1.0 and dilation > 1.0:
             warnings.append(
                 f"the {count} containers stand for {total} vCPUs on this machine's {host_cores} cores "

@@ -67,17 +67,22 @@ def start_pinned(
     cwd: Path | None = None,
     cgroup_procs: Path | None = None,
     threads: int | None = None,
+    wait_policy: str = "PASSIVE",
 ) -> subprocess.Popen:
     """Start one process in its own session, logging to ``log_path``: pinned to ``cores`` with as many
-    threads when given, or in the cgroup whose ``cgroup.procs`` is given (idle threads sleep, as the trainer's
-    unit sets them)."""
+    threads when given, or in the cgroup whose ``cgroup.procs`` is given. Idle OpenMP threads sleep
+    (``wait_policy`` PASSIVE, as the trainer's unit sets them); ACTIVE makes them spin, "" leaves OpenMP's own
+    default (spin a while, then sleep)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # `python -m trainer` from any working directory, also where the package is a checkout, not installed
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     count = threads or (len(cores) if cores else None)
     if count:
         env.update(OMP_NUM_THREADS=str(count), MKL_NUM_THREADS=str(count), GOMAXPROCS=str(count))
-        env.update(OMP_WAIT_POLICY="PASSIVE")
+    if wait_policy:
+        env["OMP_WAIT_POLICY"] = wait_policy
+    else:
+        env.pop("OMP_WAIT_POLICY", None)
 
     def place() -> None:
         if cores:

@@ -18,8 +18,9 @@ import torch
 log = logging.getLogger(__name__)
 
 GIT_REVISION_ENV = "TRAINER_GIT_REVISION"
-#: environment variables recorded in config.json's ``cpu``: they decide how much of a CPU quota training gets
-RUNTIME_ENVIRONMENT = ("OMP_WAIT_POLICY", "GOMAXPROCS")
+#: environment variables recorded in config.json's ``cpu``: they decide how much of a CPU quota training gets,
+#: and Hivemind's forked processes (DHT, averagers) and p2pd inherit them (docs/study-scale.md)
+RUNTIME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMAXPROCS")
 
 
 def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
@@ -35,6 +36,14 @@ def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
     applied.update({name.lower(): os.environ.get(name) for name in RUNTIME_ENVIRONMENT})
     if vcpus is None:
         return applied
+    if vcpus > 1 and (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE":
+        log.warning(
+            "OMP_WAIT_POLICY is %s: idle OpenMP threads spin, and every process forked from this one "
+            "(Hivemind's averagers) inherits %d threads on the same cores; spinning pools that share cores "
+            "computed up to 3.9x slower than sleeping ones (docs/study-scale.md); set OMP_WAIT_POLICY=PASSIVE",
+            os.environ.get("OMP_WAIT_POLICY") or "unset",
+            vcpus,
+        )
     torch.set_num_threads(vcpus)
     try:
         torch.set_num_interop_threads(vcpus)

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from controller.calibration import Calibration
+from controller.calibration import Calibration, hivemind_model_caveat
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.faults import faults_table
@@ -131,6 +131,7 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "local_updates": None if e.is_baseline else e.settings.get("local_updates"),
         "complete": e.complete,
         "time_dilation": e.time_dilation,
+        "scale_model": scale_model_caveat(e),
         "steps": len(steps),
         "samples": int(samples),
         "wall_seconds": wall,
@@ -147,6 +148,18 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         # why they failed (rounds.csv `cause`; files written before it existed count as other)
         **{f"failed_{cause}": sum(_cause(row) == cause for row in rounds) for cause in ROUND_CAUSES},
     }
+
+
+def scale_model_caveat(e: Experiment) -> str | None:
+    """Why a dilated, calibrated run of Hivemind peers is outside the model's validated range (the largest
+    peer decides), or None: other strategies, real VMs, runs the model was checked at."""
+    if e.strategy != "hivemind" or e.time_dilation <= 1 or not e.compute:
+        return None
+    sizes = [h.get("vcpus") for h in e.hosts.values() if h.get("vcpus")] or [e.settings.get("vcpus")]
+    caveats = [
+        c for size in sorted({s for s in sizes if s}, reverse=True) if (c := hivemind_model_caveat(size))
+    ]
+    return caveats[0] if caveats else None
 
 
 def _cause(row: dict[str, Any]) -> str | None:

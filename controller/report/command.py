@@ -188,6 +188,15 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
             "threads as scaling linearly (no calibrated rate for their model, batch size or vCPUs).",
             "",
         ]
+    rows = analysis.tables["experiments"].rows
+    outside = {row["experiment_id"]: row["scale_model"] for row in rows if row.get("scale_model")}
+    if outside:
+        lines += [
+            f"Outside the scale model's validated range ({len(outside)} runs, `scale_model` in "
+            "`experiments.csv`; docs/study-scale.md says what a 16-core run must measure to extend it):",
+            *(f"- {experiment_id}: {caveat}" for experiment_id, caveat in sorted(outside.items())),
+            "",
+        ]
     model_sizes = ", ".join(f"{model}: {size / 1e6:.2f} MB" for model, size in analysis.model_bytes.items())
     lines += [
         _section(analysis, "diagnosis"),

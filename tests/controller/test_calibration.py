@@ -225,3 +225,41 @@ def test_solo_peers_are_planned_like_any_peers_and_get_no_averaging_settings(tmp
     assert {e["modelled_samples_per_second"] for e in solo["plan"].values()} == {rate(2)}
     assert "target_batch_size" not in solo["trainer_settings"]
     assert "matchmaking_time" not in solo["trainer_settings"]
+
+
+def test_hivemind_peers_beyond_the_models_checks_are_warned_and_smaller_ones_are_not(tmp_path):
+    """Issue #56: the model of a Hivemind peer held at 2 vCPUs and missed at 4 (its split) and 8 (+83 %);
+    a plan at those sizes says so, one at 2 vCPUs or of solo peers does not."""
+    from controller.calibration import ModelCheck, hivemind_model_caveat
+    from controller.plan import testbed_experiment
+
+    two = testbed_experiment({"peers": "8"}, _inventory(tmp_path, [2] * 8))
+    assert two["errors"] == [] and not any("validated range" in w for w in two["warnings"])
+    eight = testbed_experiment({"peers": "2"}, _inventory(tmp_path, [8, 8]))
+    caveat = [w for w in eight["warnings"] if "validated range" in w]
+    assert len(caveat) == 1 and "+83 %" in caveat[0] and "8 vCPUs a peer" in caveat[0], eight["warnings"]
+    solo = testbed_experiment({"peers": "2", "strategy": "solo"}, _inventory(tmp_path, [8, 8]))
+    assert not any("validated range" in w for w in solo["warnings"])
+    # a size never checked is outside too; a check within 25 % but 10+ points off on the split is not valid
+    assert "no check at 16 vCPUs" in hivemind_model_caveat(16)
+    assert hivemind_model_caveat(4) is not None
+    assert hivemind_model_caveat(4, (ModelCheck(4, 0.1, 5.0, "x"),)) is None
+
+
+def test_the_report_marks_dilated_hivemind_runs_outside_the_models_range(tmp_path):
+    from controller.report.analysis import scale_model_caveat
+    from controller.report.data import Experiment
+
+    def experiment(strategy: str, vcpus: list[int], dilation: float, compute: dict | None) -> Experiment:
+        hosts = {f"peer-{i:02d}": {"vcpus": v} for i, v in enumerate(vcpus, 1)}
+        settings = {"strategy": strategy, "peers": len(vcpus), "vcpus": vcpus[0]}
+        return Experiment("x", tmp_path, settings, True, hosts=hosts, time_dilation=dilation, compute=compute)
+
+    calibrated = {"calibration_file": str(DEFAULT)}
+    assert "+83 %" in scale_model_caveat(experiment("hivemind", [8, 8], 1.8, calibrated))
+    assert "8 vCPUs a peer" in scale_model_caveat(
+        experiment("hivemind", [2, 8], 1.8, calibrated)
+    )  # the largest
+    assert scale_model_caveat(experiment("hivemind", [2, 2], 4.7, calibrated)) is None
+    assert scale_model_caveat(experiment("hivemind", [8, 8], 1.0, None)) is None  # real VMs: no model
+    assert scale_model_caveat(experiment("solo", [8, 8], 1.8, calibrated)) is None
