@@ -15,6 +15,7 @@ the step, and the model's errors: goal within 15 % on ``local`` and 10 points on
 
     python benchmarks/scale_model_truth.py --out results/scale-model-truth            # ~6 min here
     python benchmarks/scale_model_truth.py --out results/scale-model-truth --table-only
+    python benchmarks/scale_model_truth.py --out results/truth-d3 --time-dilation 3   # containers at 1/3
 
 Every part is kept in ``--out`` (truth/, calibration.json, model/) and not run again when complete.
 """
@@ -39,12 +40,12 @@ SHARE_TOLERANCE = 0.10  # absolute, on the averaging share of the step
 MODEL_IDS = {"solo": "truth-model-solo", "hivemind": "truth-model-hivemind"}
 
 
-def run(command: list[str], log: Path) -> int:
+def run(command: list[str], log: Path, what: str) -> int:
     env = dict(os.environ)
     env.setdefault("CONTAINERS_CONF", str(REPO / "images" / "containers.conf"))
     env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    print(f"[truth] {' '.join(command[:4])} ... (log {log})", flush=True)
+    print(f"[truth] {what} ... (log {log})", flush=True)
     with log.open("w") as out:
         return subprocess.run(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
 
@@ -56,7 +57,7 @@ def truth(args: argparse.Namespace) -> int:
         "--steps", str(args.steps), "--matchmaking-time", str(args.matchmaking_time),
         "--target-batch-size", str(args.target_batch_size), "--out", str(args.out / "truth"),
     ]  # fmt: skip
-    return run(command, args.out / "truth.log")
+    return run(command, args.out / "truth.log", "the truth: two bare one-core peers and their solo loops")
 
 
 def calibration(args: argparse.Namespace) -> int:
@@ -66,7 +67,7 @@ def calibration(args: argparse.Namespace) -> int:
         sys.executable, "-m", "trainer", "calibrate", "--cores", "2", "--threads", "1", "--model", "resnet18",
         "--batch-sizes", "32", "--steps", str(args.steps), "--out", str(args.out / "calibration.json"),
     ]  # fmt: skip
-    return run(command, args.out / "calibration.log")
+    return run(command, args.out / "calibration.log", "this machine's calibration at one thread")
 
 
 def model(args: argparse.Namespace, strategy: str) -> int:
@@ -84,10 +85,11 @@ def model(args: argparse.Namespace, strategy: str) -> int:
         "learning_rate": 0.01,
         "max_steps": args.steps,
         "calibration": str((args.out / "calibration.json").resolve()),
-        "time_dilation": "auto",
+        "time_dilation": args.time_dilation,
         "monitoring": False,
         "cpu_probe_seconds": 0,
         "results_root": str((args.out / "model").resolve()),
+        "force": True,  # the hosts may keep an earlier call's run of the same id; this --out has none
     }
     if strategy == "hivemind":
         variables.update(
@@ -104,7 +106,7 @@ def model(args: argparse.Namespace, strategy: str) -> int:
         *(["-i", args.inventory] if args.inventory else []),
         "-e", json.dumps(variables),
     ]  # fmt: skip
-    return run(command, args.out / f"model-{strategy}.log")
+    return run(command, args.out / f"model-{strategy}.log", f"the model: {strategy} peers in containers")
 
 
 def figures(directory: Path) -> dict[str, Any] | None:
@@ -168,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=120, help="steps per process (both sides)")
     parser.add_argument("--target-batch-size", type=int, default=1250)
     parser.add_argument("--matchmaking-time", type=float, default=2.0)
+    parser.add_argument(
+        "--time-dilation", default="auto", help="the model's D: auto (the smallest that fits) or a factor"
+    )
     parser.add_argument("--inventory", default="", help="Ansible inventory (default: ansible.cfg's)")
     parser.add_argument("--table-only", action="store_true", help="print the comparison of what --out holds")
     args = parser.parse_args(argv)

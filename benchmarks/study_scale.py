@@ -320,6 +320,65 @@ def table(args: argparse.Namespace, configurations: list[Configuration]) -> list
     return lines
 
 
+def hivemind_compute_rows(
+    args: argparse.Namespace, configurations: list[Configuration]
+) -> list[dict[str, Any]]:
+    """A calibration's ``hivemind_compute`` rows (controller/calibration.py) from this call's pN-luoff and
+    pN-solo: the solo's compute seconds over the peers' at the same cores, peers on disjoint blocks."""
+    rows = []
+    for config in configurations:
+        solo_config = next((c for c in configurations if c.name == f"p{config.peers}-solo"), None)
+        if config.strategy != "hivemind" or config.local_updates or solo_config is None or args.overlap:
+            continue
+        if recorded_differences(args, config) or recorded_differences(args, solo_config):
+            continue
+        peer = measure(args.out / config.directory) if (args.out / config.directory).is_dir() else None
+        solo = (
+            measure(args.out / solo_config.directory) if (args.out / solo_config.directory).is_dir() else None
+        )
+        if not peer or not solo or not peer["compute"]:
+            continue
+        rows.append(
+            {
+                "model": args.model,
+                "batch_size": args.batch_size,
+                "threads": config.cores_per_peer,
+                "compute_ratio": round(solo["compute"] / peer["compute"], 4),
+                "peers": config.peers,
+                "settings": {
+                    "target_batch_size": args.target_batch_size,
+                    "matchmaking_time": args.matchmaking_time,
+                    "average_state_every": args.average_state_every,
+                    "omp_wait_policy": args.omp_wait_policy,
+                    "steps": args.steps,
+                },
+            }
+        )
+    return rows
+
+
+def write_calibration(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
+    """--calibration-in with its Hivemind rows replaced by ``rows`` (same model, batch size and threads),
+    written to --calibration-out; returns what was done, in a line."""
+    from controller.calibration import load
+
+    document = json.loads(args.calibration_in.read_text())
+    load(args.calibration_in)  # one clear error for a file that is not a calibration
+    keys = {(r["model"], r["batch_size"], r["threads"]) for r in rows}
+    kept = [
+        r
+        for r in document.get("hivemind_compute", [])
+        if (r["model"], r["batch_size"], r["threads"]) not in keys
+    ]
+    document["hivemind_compute"] = sorted(
+        kept + rows, key=lambda r: (r["model"], r["batch_size"], r["threads"])
+    )
+    args.calibration_out.write_text(json.dumps(document, indent=1) + "\n")
+    load(args.calibration_out)
+    threads = ", ".join(f"{r['threads']}: {r['compute_ratio']:.2f}" for r in rows) or "none measured"
+    return f"{args.calibration_out}: Hivemind compute ratios by threads ({threads})"
+
+
 def census_table(args: argparse.Namespace, configurations: list[Configuration]) -> list[str]:
     """Per configuration and kind of process, summed over the peers: processes, threads (most seen), cores
     used over the sampled window and the thread settings it inherited (processes.json)."""
@@ -384,6 +443,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="every process on all --total-vcpus cores with as many threads (default: disjoint blocks)",
     )
+    parser.add_argument(
+        "--calibration-out",
+        type=Path,
+        help="write --calibration-in with the measured pN-luoff/pN-solo compute ratios (hivemind_compute)",
+    )
+    parser.add_argument(
+        "--calibration-in", type=Path, default=REPO / "controller" / "calibrations" / "default.json"
+    )
     parser.add_argument("--census-interval", type=float, default=3.0, help="seconds between process censuses")
     parser.add_argument("--averaging-timeout", type=float, default=60.0)
     parser.add_argument("--finish-grace", type=float, default=5.0)
@@ -437,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         + ("every process on all the cores" if args.overlap else "each process on its own cores")
     )
     print("\n".join(table(args, configurations)))
+    if args.calibration_out:
+        print(write_calibration(args, hivemind_compute_rows(args, configurations)))
     print("\nprocesses (all peers of a configuration; cores: CPU seconds / wall seconds while sampled):")
     print("\n".join(census_table(args, configurations)))
     print(

@@ -13,13 +13,24 @@ A calibration file (JSON)::
      "rates": [{"model": "resnet18", "batch_size": 32, "threads": 1, "processes": 16,
                 "samples_per_second": 131.0, "source": "trainer"}, ...]}
 
-The project ships one measured on a 16-core machine (``controller/calibrations/default.json``).
+Optionally, what a Hivemind peer's compute keeps beside its own processes (DHT, p2pd, averagers on the same
+cores; issue #56), measured by ``benchmarks/study_scale.py --calibration-out`` as the solo loop's compute
+seconds over a peer's at the same threads, peers on disjoint core blocks::
+
+     "hivemind_compute": [{"model": "resnet18", "batch_size": 32, "threads": 8, "compute_ratio": 0.62,
+                           "peers": 2, "settings": {...}}, ...]
+
+The model already gives a one-thread container that share of its own quota (the truth benchmark checks it), so
+a Hivemind peer of v vCPUs is modelled at ``ratio(v) / ratio(1)`` of its solo rate.
+
+The project ships one measured on a 16-core machine (``controller/calibrations/default.json``; no Hivemind
+rows yet: those of 2026-11-23 predate the OpenMP fix, docs/study-scale.md).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +50,21 @@ class Calibration:
     method: str
     # (model, batch_size) -> {threads: samples/s per process}
     rates: dict[tuple[str, int], dict[int, float]]
+    # (model, batch_size) -> {threads: a Hivemind peer's compute ratio to the solo loop's}
+    hivemind_compute: dict[tuple[str, int], dict[int, float]] = field(default_factory=dict)
+
+    def hivemind_compute_factor(self, model: str, batch_size: int, vcpus: float) -> float | None:
+        """How much slower a Hivemind peer of ``vcpus`` computes than the model's one-thread container
+        already makes it: ratio(vcpus) / ratio(1), or None without both rows.
+
+        >>> c = Calibration("c", {}, "", {}, {("resnet18", 32): {1: 0.8, 8: 0.4}})
+        >>> c.hivemind_compute_factor("resnet18", 32, 8), c.hivemind_compute_factor("resnet18", 32, 4)
+        (0.5, None)
+        """
+        curve = self.hivemind_compute.get((model, batch_size), {})
+        if vcpus != int(vcpus) or int(vcpus) not in curve or 1 not in curve:
+            return None
+        return curve[int(vcpus)] / curve[1]
 
     def speedup(self, model: str, batch_size: int, threads: int) -> float:
         """Samples/s of a process with ``threads`` threads over a one-thread process's, same model and batch.
@@ -134,9 +160,9 @@ def parse(document: Any, name: str = "calibration") -> Calibration:
         )
         if not isinstance(model, str) or not model:
             raise CalibrationError(f"{where}: model must be a name (got {model!r})")
-        for field, value in (("batch_size", batch), ("threads", threads)):
+        for label, value in (("batch_size", batch), ("threads", threads)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CalibrationError(f"{where}: {field} must be an integer >= 1 (got {value!r})")
+                raise CalibrationError(f"{where}: {label} must be an integer >= 1 (got {value!r})")
         if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
             raise CalibrationError(f"{where}: samples_per_second must be > 0 (got {rate!r})")
         curve = rates.setdefault((model, batch), {})
@@ -148,7 +174,37 @@ def parse(document: Any, name: str = "calibration") -> Calibration:
     measured_on = document.get("measured_on")
     if not isinstance(measured_on, dict):
         raise CalibrationError(f'{name}: "measured_on" must say which machine (an object)')
-    return Calibration(name, measured_on, str(document.get("method", "")), rates)
+    hivemind = _hivemind_rows(document.get("hivemind_compute", []), name)
+    return Calibration(name, measured_on, str(document.get("method", "")), rates, hivemind)
+
+
+def _hivemind_rows(rows: Any, name: str) -> dict[tuple[str, int], dict[int, float]]:
+    """The optional ``hivemind_compute`` rows: a ratio in (0, 2] per model, batch size and threads.
+
+    >>> _hivemind_rows([{"model": "m", "batch_size": 8, "threads": 2, "compute_ratio": 0}], "c")
+    Traceback (most recent call last):
+    ...
+    controller.calibration.CalibrationError: c: hivemind_compute[0]: compute_ratio must be in (0, 2] (got 0)
+    """
+    if not isinstance(rows, list):
+        raise CalibrationError(f'{name}: "hivemind_compute" must be a list')
+    curves: dict[tuple[str, int], dict[int, float]] = {}
+    for index, row in enumerate(rows):
+        where = f"{name}: hivemind_compute[{index}]"
+        if not isinstance(row, dict):
+            raise CalibrationError(f"{where}: must be an object")
+        model, batch, threads, ratio = (
+            row.get(k) for k in ("model", "batch_size", "threads", "compute_ratio")
+        )
+        if not isinstance(model, str) or not model:
+            raise CalibrationError(f"{where}: model must be a name (got {model!r})")
+        for label, value in (("batch_size", batch), ("threads", threads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CalibrationError(f"{where}: {label} must be an integer >= 1 (got {value!r})")
+        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 < ratio <= 2:
+            raise CalibrationError(f"{where}: compute_ratio must be in (0, 2] (got {ratio!r})")
+        curves.setdefault((model, batch), {})[threads] = float(ratio)
+    return curves
 
 
 # ------------------------------------------------------------------------ where the scale model was checked
@@ -171,9 +227,13 @@ class ModelCheck:
         return abs(self.throughput_error) <= 0.25 and (share is None or abs(share) <= 10)
 
 
-#: Every check of the model of Hivemind peers so far (docs/study-scale.md, docs/compute-calibration.md). The
-#: 16-core rows were measured on 2026-11-23, before OMP_WAIT_POLICY=PASSIVE reached the benchmarks.
+#: Every check of the model of Hivemind peers so far (docs/study-scale.md, docs/compute-calibration.md); the
+#: throughput error at 1 vCPU is on a peer's samples/s over its solo loop's. The 16-core rows were measured on
+#: 2026-11-23, before OMP_WAIT_POLICY=PASSIVE reached the benchmarks.
 HIVEMIND_MODEL_CHECKS = (
+    ModelCheck(
+        1, +0.075, +0.2, "two bare one-core peers on 2 cores, benchmarks/scale_model_truth.py (2026-11-28)"
+    ),
     ModelCheck(2, +0.09, +1.0, "p8-luoff on the 16-core device (2026-11-23)"),
     ModelCheck(4, +0.10, +22.0, "p4-luoff on the 16-core device (2026-11-23): compute -40 %"),
     ModelCheck(8, +0.83, +29.0, "p2-luoff on the 16-core device (2026-11-23): compute -64 %"),
@@ -187,10 +247,11 @@ def hivemind_model_caveat(vcpus: float, checks: tuple[ModelCheck, ...] = HIVEMIN
 
     >>> hivemind_model_caveat(2) is None
     True
-    >>> print(hivemind_model_caveat(8))
-    outside the scale model's validated range (Hivemind peers of 2 vCPUs): at 8 vCPUs a peer it was +83 % on \
-samples/s per peer (p2-luoff on the 16-core device (2026-11-23): compute -64 %); its compute is the solo \
-loop's, optimistic by up to 83 %
+    >>> caveat = hivemind_model_caveat(8)
+    >>> caveat.split(":")[0]
+    "outside the scale model's validated range (Hivemind peers of 1, 2 vCPUs)"
+    >>> "at 8 vCPUs a peer it was +83 % on samples/s per peer" in caveat, caveat.endswith("up to 83 %")
+    (True, True)
     """
     valid = sorted(check.vcpus for check in checks if check.holds)
     here = [check for check in checks if check.vcpus == vcpus]

@@ -299,7 +299,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 "(docs/compute-calibration.md)"
             )
             if settings["strategy"] == "hivemind":
-                caveats = {v: c for v in sorted(set(declared.values())) if (c := hivemind_model_caveat(v))}
+                factored = {declared[host] for host in compute["hivemind_compute_factors"]}
+                sizes = sorted(set(declared.values()) - factored)
+                caveats = {v: c for v in sizes if (c := hivemind_model_caveat(v))}
                 warnings += [f"{caveat} (docs/study-scale.md)" for caveat in caveats.values()]
         elif local and scale < 1.0 and dilation > 1.0:
             warnings.append(
@@ -329,6 +331,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                     "modelled_samples_per_second": modelled,
                     "local_samples_per_second": round(local_rate, 3),
                 }
+                if host in compute["hivemind_compute_factors"]:
+                    rates["hivemind_compute_factor"] = compute["hivemind_compute_factors"][host]
             plan[host] = {
                 "address": hv["cluster_address"],
                 "vcpus": vcpus,
@@ -453,6 +457,14 @@ def _calibrated_compute(
             "(docs/compute-calibration.md)"
         )
         return None, None
+    # a Hivemind peer computes beside its own processes: the calibration's factor where it has one (#56)
+    factors: dict[str, float] = {}
+    if settings["strategy"] == "hivemind":
+        found = {
+            host: calibration.hivemind_compute_factor(model, batch_size, v) for host, v in declared.items()
+        }
+        factors = {host: factor for host, factor in found.items() if factor is not None}
+        modelled = {host: rate * factors.get(host, 1.0) for host, rate in modelled.items()}
     directory = inventory.get("local_rate_dir")
     if not directory:
         return None, None
@@ -478,6 +490,7 @@ def _calibrated_compute(
         "local_one_thread_rate": one_thread,
         "local_rate_file": str(local_file),
         "modelled_rates": modelled,
+        "hivemind_compute_factors": factors,
     }
     return compute, None
 

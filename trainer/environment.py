@@ -39,8 +39,9 @@ def apply_vcpus(vcpus: int | None) -> dict[str, Any]:
     if vcpus > 1 and (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE":
         log.warning(
             "OMP_WAIT_POLICY is %s: idle OpenMP threads spin, and every process forked from this one "
-            "(Hivemind's averagers) inherits %d threads on the same cores; spinning pools that share cores "
-            "computed up to 3.9x slower than sleeping ones (docs/study-scale.md); set OMP_WAIT_POLICY=PASSIVE",
+            "(Hivemind's averagers) inherits %d threads on the same cores; spinning pools that share "
+            "cores computed up to 3.9x slower than sleeping ones (docs/study-scale.md); set "
+            "OMP_WAIT_POLICY=PASSIVE",
             os.environ.get("OMP_WAIT_POLICY") or "unset",
             vcpus,
         )

@@ -155,7 +155,10 @@ def scale_model_caveat(e: Experiment) -> str | None:
     peer decides), or None: other strategies, real VMs, runs the model was checked at."""
     if e.strategy != "hivemind" or e.time_dilation <= 1 or not e.compute:
         return None
-    sizes = [h.get("vcpus") for h in e.hosts.values() if h.get("vcpus")] or [e.settings.get("vcpus")]
+    factored = e.compute.get("hivemind_compute_factors") or {}  # the calibration carried their interference
+    sizes = [h.get("vcpus") for name, h in e.hosts.items() if h.get("vcpus") and name not in factored]
+    if not e.hosts:
+        sizes = [e.settings.get("vcpus")]
     caveats = [
         c for size in sorted({s for s in sizes if s}, reverse=True) if (c := hivemind_model_caveat(size))
     ]

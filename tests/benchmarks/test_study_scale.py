@@ -31,11 +31,12 @@ def test_two_peers_on_one_core_each_against_their_references(tmp_path):
     run = _run("benchmarks/study_scale.py", *small)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
-    lines = [line.split() for line in run.stdout.splitlines() if line.startswith(("base ", "p2-"))]
-    rows = {cells[0]: cells for cells in lines}
-    assert set(rows) == {"base", "p2-solo", "p2-luoff"}, run.stdout
-    assert float(rows["base"][3]) > 0 and float(rows["p2-solo"][3]) > 0
-    hivemind = rows["p2-luoff"]
+    table = run.stdout.split("\nprocesses (")[0]  # the census's rows below start with the names too
+    lines = [line.split() for line in table.splitlines() if line.startswith(("base ", "p2-"))]
+    rows_by_name = {cells[0]: cells for cells in lines}
+    assert set(rows_by_name) == {"base", "p2-solo", "p2-luoff"}, run.stdout
+    assert float(rows_by_name["base"][3]) > 0 and float(rows_by_name["p2-solo"][3]) > 0
+    hivemind = rows_by_name["p2-luoff"]
     ok, failed = (int(v) for v in hivemind[9].split("/"))
     assert ok > 0, run.stdout
     local_ratio = float(hivemind[13])  # measured: the peers' samples/s over the solo reference's
@@ -50,8 +51,27 @@ def test_two_peers_on_one_core_each_against_their_references(tmp_path):
         cpu = json.loads((out / "p2-luoff" / peer / "summary.json").read_text())["cpu_received"]
         assert 0 < cpu["process_tree_seconds"] <= 1.1 * cpu["wall_seconds"], cpu  # one core at most
 
-    # complete configurations are kept on a second call; the report reads the directory
-    again = _run("benchmarks/study_scale.py", *small, "--only", "base")
+    # every peer's processes were counted (#56): the trainer, the DHT, two averagers, p2pd, all with the
+    # trainer's thread settings, and all of them used CPU while it trained
+    for peer, kinds in json.loads((out / "p2-luoff" / "processes.json").read_text()).items():
+        assert {"trainer", "p2pd", "python child 1", "python child 3"} <= set(kinds), (peer, kinds)
+        for name in ("trainer", "p2pd", "python child 1"):
+            assert kinds[name]["environment"]["OMP_WAIT_POLICY"] == "PASSIVE", (peer, kinds)
+            assert kinds[name]["environment"]["OMP_NUM_THREADS"] == "1", (peer, kinds)
+            assert kinds[name]["cores"] > 0, (peer, name, kinds)
+        config = json.loads((out / "p2-luoff" / peer / "config.json").read_text())
+        assert config["cpu"]["omp_wait_policy"] == "PASSIVE" and config["cpu"]["omp_num_threads"] == "1"
+
+    # complete configurations are kept on a second call, which writes the Hivemind compute ratio it measured
+    calibration = tmp_path / "calibration.json"
+    again = _run("benchmarks/study_scale.py", *small, "--only", "base", "--calibration-out", str(calibration))
     assert again.returncode == 0 and "base: complete" in again.stdout, again.stdout
+    rows = json.loads(calibration.read_text())["hivemind_compute"]
+    assert [(r["model"], r["threads"], r["peers"]) for r in rows] == [("smallcnn", 1, 2)], rows
+    solo_compute, peer_compute = float(rows_by_name["p2-solo"][7]), float(rows_by_name["p2-luoff"][7])
+    assert rows[0]["compute_ratio"] == pytest.approx(solo_compute / peer_compute, rel=0.05), (
+        rows,
+        run.stdout,
+    )
     report = _run("-m", "trainer", "report", str(out), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]

@@ -263,3 +263,31 @@ def test_the_report_marks_dilated_hivemind_runs_outside_the_models_range(tmp_pat
     assert scale_model_caveat(experiment("hivemind", [2, 2], 4.7, calibrated)) is None
     assert scale_model_caveat(experiment("hivemind", [8, 8], 1.0, None)) is None  # real VMs: no model
     assert scale_model_caveat(experiment("solo", [8, 8], 1.8, calibrated)) is None
+
+
+def test_a_calibrations_hivemind_rows_slow_multi_vcpu_peers_by_their_ratio_to_one_thread(tmp_path):
+    """Issue #56: with `hivemind_compute` rows at 1 and 8 threads, an 8-vCPU Hivemind peer is modelled at
+    ratio(8) / ratio(1) of its solo rate (the one-thread container already pays its own processes), the
+    factor is recorded and the plan no longer warns for that size; solo peers keep the solo rate."""
+    from controller.plan import testbed_experiment
+
+    document = json.loads(DEFAULT.read_text())
+    rows = [
+        {"model": "resnet18", "batch_size": 32, "threads": t, "compute_ratio": r}
+        for t, r in ((1, 0.8), (8, 0.4))
+    ]
+    calibration = tmp_path / "with-hivemind.json"
+    calibration.write_text(json.dumps({**document, "hivemind_compute": rows}))
+    inventory = _inventory(tmp_path, [8, 8])
+    peers = testbed_experiment({"peers": "2", "calibration": str(calibration)}, inventory)
+    assert peers["errors"] == [], peers["errors"]
+    for entry in peers["plan"].values():
+        assert entry["modelled_samples_per_second"] == pytest.approx(rate(8) * 0.5)
+        assert entry["hivemind_compute_factor"] == pytest.approx(0.5)
+    assert not any("validated range" in w for w in peers["warnings"])
+    solo = testbed_experiment({"peers": "2", "strategy": "solo", "calibration": str(calibration)}, inventory)
+    assert all(e["modelled_samples_per_second"] == rate(8) for e in solo["plan"].values())
+    # a bad row is one error naming the file and the row
+    calibration.write_text(json.dumps({**document, "hivemind_compute": [{**rows[0], "compute_ratio": 3}]}))
+    with pytest.raises(CalibrationError, match=r"hivemind_compute\[0\]: compute_ratio must be in \(0, 2\]"):
+        load(calibration)
