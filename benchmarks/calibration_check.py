@@ -6,8 +6,8 @@ of its vCPUs' calibrated rate / D (docs/compute-calibration.md). Prints, per bat
 the modelled samples/s per process (measured x D, over its steps without averaging, mean over the
 run's processes) beside the calibration's
 rate for its vCPUs, with the error of each; then the ceiling speedup (16 x 1 vCPU over 1 x 16) modelled and
-calibrated. A faithful model is within 15 % of each. Last, the modelled p4-luoff and p8-luoff (grid block
-``averaging``) beside the 16-core device's figures of docs/study-scale.md.
+calibrated. A faithful model is within 15 % of each. Last, the modelled p2-, p4- and p8-luoff (grid blocks
+``averaging*``) beside the 16-core device's figures of docs/study-scale.md (2026-11-23, before the fix).
 
     trainer grid grids/calibration-check.yml --results-dir results/calibration-check
     python benchmarks/calibration_check.py results/calibration-check
@@ -73,13 +73,17 @@ def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
     }
 
 
-#: docs/study-scale.md, the 16-core device (p4 over 200 steps, p8 over 60): per peer samples/s, averaging
-#: share of the step, all-reduce s
-DEVICE = {4: ("p4-luoff", 104.9, 0.120 / 0.288, 0.65), 8: ("p8-luoff", 48.5, 0.376 / 0.590, 0.95)}
+#: docs/study-scale.md, the 16-core device on 2026-11-23, before the OpenMP fix (p2 and p4 over 200 steps, p8
+#: over 60): per peer samples/s, averaging share of the step, all-reduce s
+DEVICE = {
+    2: ("p2-luoff", 124.4, 0.054 / 0.242, 0.56),
+    4: ("p4-luoff", 104.9, 0.120 / 0.288, 0.65),
+    8: ("p8-luoff", 48.5, 0.376 / 0.590, 0.95),
+}
 
 
 def averaging_rows(results: Path) -> list[str]:
-    """The modelled p4-luoff/p8-luoff (grid block ``averaging``) beside the 16-core device's figures."""
+    """The modelled p2/p4/p8-luoff (grid blocks ``averaging*``) beside the 16-core device's figures."""
     lines = []
     for experiment in load_experiments(results):
         reference = DEVICE.get(experiment.peer_count)
