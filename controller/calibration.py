@@ -30,6 +30,7 @@ rows yet: those of 2026-11-23 predate the OpenMP fix, docs/study-scale.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,27 +151,7 @@ def parse(document: Any, name: str = "calibration") -> Calibration:
     rows = document.get("rates")
     if not isinstance(rows, list) or not rows:
         raise CalibrationError(f'{name}: "rates" must be a non-empty list')
-    rates: dict[tuple[str, int], dict[int, float]] = {}
-    for index, row in enumerate(rows):
-        where = f"{name}: rates[{index}]"
-        if not isinstance(row, dict):
-            raise CalibrationError(f"{where}: must be an object")
-        model, batch, threads, rate = (
-            row.get(k) for k in ("model", "batch_size", "threads", "samples_per_second")
-        )
-        if not isinstance(model, str) or not model:
-            raise CalibrationError(f"{where}: model must be a name (got {model!r})")
-        for label, value in (("batch_size", batch), ("threads", threads)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CalibrationError(f"{where}: {label} must be an integer >= 1 (got {value!r})")
-        if not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
-            raise CalibrationError(f"{where}: samples_per_second must be > 0 (got {rate!r})")
-        curve = rates.setdefault((model, batch), {})
-        if threads in curve:
-            raise CalibrationError(
-                f"{where}: a second rate for {model} at batch size {batch}, {threads} threads"
-            )
-        curve[threads] = float(rate)
+    rates = _curves(rows, f"{name}: rates", "samples_per_second", lambda rate: rate > 0, "> 0")
     measured_on = document.get("measured_on")
     if not isinstance(measured_on, dict):
         raise CalibrationError(f'{name}: "measured_on" must say which machine (an object)')
@@ -188,22 +169,35 @@ def _hivemind_rows(rows: Any, name: str) -> dict[tuple[str, int], dict[int, floa
     """
     if not isinstance(rows, list):
         raise CalibrationError(f'{name}: "hivemind_compute" must be a list')
+    return _curves(
+        rows, f"{name}: hivemind_compute", "compute_ratio", lambda ratio: 0 < ratio <= 2, "in (0, 2]"
+    )
+
+
+def _curves(
+    rows: list[Any], where: str, field_name: str, valid: Callable[[float], bool], requirement: str
+) -> dict[tuple[str, int], dict[int, float]]:
+    """(model, batch size) -> {threads: the row's ``field_name``}; CalibrationError names the first bad row
+    (``where[index]``) and what is wrong with it."""
     curves: dict[tuple[str, int], dict[int, float]] = {}
     for index, row in enumerate(rows):
-        where = f"{name}: hivemind_compute[{index}]"
+        here = f"{where}[{index}]"
         if not isinstance(row, dict):
-            raise CalibrationError(f"{where}: must be an object")
-        model, batch, threads, ratio = (
-            row.get(k) for k in ("model", "batch_size", "threads", "compute_ratio")
-        )
+            raise CalibrationError(f"{here}: must be an object")
+        model, batch, threads, value = (row.get(k) for k in ("model", "batch_size", "threads", field_name))
         if not isinstance(model, str) or not model:
-            raise CalibrationError(f"{where}: model must be a name (got {model!r})")
-        for label, value in (("batch_size", batch), ("threads", threads)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise CalibrationError(f"{where}: {label} must be an integer >= 1 (got {value!r})")
-        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 < ratio <= 2:
-            raise CalibrationError(f"{where}: compute_ratio must be in (0, 2] (got {ratio!r})")
-        curves.setdefault((model, batch), {})[threads] = float(ratio)
+            raise CalibrationError(f"{here}: model must be a name (got {model!r})")
+        for label, number in (("batch_size", batch), ("threads", threads)):
+            if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+                raise CalibrationError(f"{here}: {label} must be an integer >= 1 (got {number!r})")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not valid(value):
+            raise CalibrationError(f"{here}: {field_name} must be {requirement} (got {value!r})")
+        curve = curves.setdefault((model, batch), {})
+        if threads in curve:
+            raise CalibrationError(
+                f"{here}: a second rate for {model} at batch size {batch}, {threads} threads"
+            )
+        curve[threads] = float(value)
     return curves
 
 
