@@ -33,12 +33,11 @@ def start(
     command: list[str],
     log_path: Path,
     cores: list[int] | None = None,
-    threads: int | None = None,
     wait_policy: str = "PASSIVE",
 ) -> subprocess.Popen:
-    """Start one process from the repository, logging to ``log_path``; pinned to ``cores`` when given, with
-    ``threads`` threads (default: one per core) and OpenMP's ``wait_policy`` (calibrate.start_pinned)."""
-    return start_pinned(command, log_path, cores, cwd=REPO, threads=threads, wait_policy=wait_policy)
+    """Start one process from the repository, logging to ``log_path``; pinned to ``cores`` (as many threads)
+    when given, with OpenMP's ``wait_policy`` (calibrate.start_pinned)."""
+    return start_pinned(command, log_path, cores, cwd=REPO, wait_policy=wait_policy)
 
 
 def wait_for_multiaddr(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:

@@ -332,9 +332,8 @@ def hivemind_compute_rows(
             continue
         if recorded_differences(args, config) or recorded_differences(args, solo_config):
             continue
-        peer = measure(args.out / config.directory) if (args.out / config.directory).is_dir() else None
-        solo = (
-            measure(args.out / solo_config.directory) if (args.out / solo_config.directory).is_dir() else None
+        peer, solo = (
+            measure(d) if (d := args.out / c.directory).is_dir() else None for c in (config, solo_config)
         )
         if not peer or not solo or not peer["compute"]:
             continue

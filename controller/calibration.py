@@ -30,7 +30,7 @@ rows yet: those of 2026-11-23 predate the OpenMP fix, docs/study-scale.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,3 +266,17 @@ def hivemind_model_caveat(vcpus: float, checks: tuple[ModelCheck, ...] = HIVEMIN
         f"outside the scale model's validated range (Hivemind peers of {sizes} vCPUs): {measured}; its "
         f"compute is the solo loop's, optimistic by up to {worst.throughput_error * 100:.0f} %"
     )
+
+
+def hivemind_model_caveats(peer_vcpus: dict[str, float], factored: Iterable[str] = ()) -> list[str]:
+    """The caveats of a dilated run of Hivemind peers (host -> vCPUs), one per size outside the checked range,
+    the largest first; hosts in ``factored`` are left out (their calibration carried the interference).
+
+    >>> [c.split(": ")[1][:16] for c in hivemind_model_caveats({"a": 8, "b": 2, "c": 16}, factored=["c"])]
+    ['at 8 vCPUs a pee']
+    """
+    left_out = set(factored)
+    sizes = sorted(
+        {vcpus for host, vcpus in peer_vcpus.items() if vcpus and host not in left_out}, reverse=True
+    )
+    return [caveat for vcpus in sizes if (caveat := hivemind_model_caveat(vcpus))]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
-from controller.calibration import CalibrationError, hivemind_model_caveat
+from controller.calibration import CalibrationError, hivemind_model_caveats
 from controller.calibration import load as load_calibration
 from experiment.variables import (
     DATA_PARALLEL_FIELDS,
@@ -299,10 +299,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 "(docs/compute-calibration.md)"
             )
             if settings["strategy"] == "hivemind":
-                factored = {declared[host] for host in compute["hivemind_compute_factors"]}
-                sizes = sorted(set(declared.values()) - factored)
-                caveats = {v: c for v in sizes if (c := hivemind_model_caveat(v))}
-                warnings += [f"{caveat} (docs/study-scale.md)" for caveat in caveats.values()]
+                caveats = hivemind_model_caveats(declared, compute["hivemind_compute_factors"])
+                warnings += [f"{caveat} (docs/study-scale.md)" for caveat in caveats]
         elif local and scale < 1.0 and dilation > 1.0:
             warnings.append(
                 f"the {count} containers stand for {total} vCPUs on this machine's {host_cores} cores "

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from controller.calibration import Calibration, hivemind_model_caveat
+from controller.calibration import Calibration, hivemind_model_caveats
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.faults import faults_table
@@ -155,13 +155,8 @@ def scale_model_caveat(e: Experiment) -> str | None:
     peer decides), or None: other strategies, real VMs, runs the model was checked at."""
     if e.strategy != "hivemind" or e.time_dilation <= 1 or not e.compute:
         return None
-    factored = e.compute.get("hivemind_compute_factors") or {}  # the calibration carried their interference
-    sizes = [h.get("vcpus") for name, h in e.hosts.items() if h.get("vcpus") and name not in factored]
-    if not e.hosts:
-        sizes = [e.settings.get("vcpus")]
-    caveats = [
-        c for size in sorted({s for s in sizes if s}, reverse=True) if (c := hivemind_model_caveat(size))
-    ]
+    vcpus = {name: host.get("vcpus") for name, host in e.hosts.items()} or {"": e.settings.get("vcpus")}
+    caveats = hivemind_model_caveats(vcpus, e.compute.get("hivemind_compute_factors") or {})
     return caveats[0] if caveats else None
 
 
