@@ -246,6 +246,13 @@ VARIABLES: tuple[Variable, ...] = (
         defines_setting=False,
     ),
     Variable(
+        "refresh",
+        "bool",
+        False,
+        "run every set-up play, also on hosts already converged for this checkout",
+        defines_setting=False,
+    ),
+    Variable(
         "start_timeout", "int", 300, "seconds the start barrier waits for every peer", defines_setting=False
     ),
     Variable(

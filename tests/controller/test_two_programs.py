@@ -72,6 +72,7 @@ def test_running_a_peer_loads_no_controller_code():
     "name",
     [
         "controller.plan",
+        "controller.local_cluster",
         "controller.calibration",
         "controller.faults",
         "controller.names",
