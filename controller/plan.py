@@ -16,6 +16,7 @@ from typing import Any
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import CalibrationError, hivemind_model_caveats
 from controller.calibration import load as load_calibration
+from experiment.machine import changed, this_machine
 from experiment.variables import (
     DATA_PARALLEL_FIELDS,
     DATA_PARALLEL_STRATEGIES,
@@ -468,18 +469,24 @@ def _calibrated_compute(
         return None, None
     containers = len(declared)
     local_file = Path(directory) / f"{model}-bs{batch_size}-n{containers}.json"
+    share = round(min(1.0, budget / containers), 3)
+    steps = max(8, 640 // batch_size)  # about 640 samples per process
+    needed = {"model": model, "batch_size": batch_size, "file": str(local_file), "steps": steps}
+    needed["share"] = f"{containers}:{share}"
     if not local_file.exists():
-        share = round(min(1.0, budget / containers), 3)
-        steps = max(8, 640 // batch_size)  # about 640 samples per process
-        needed = {"model": model, "batch_size": batch_size, "file": str(local_file), "steps": steps}
-        return None, {**needed, "share": f"{containers}:{share}"}
+        return None, {**needed, "why": "not measured yet"}
     try:
+        document = json.loads(local_file.read_text())
         load_calibration(local_file).speedup(model, batch_size, 1)  # one clear error where it has no rate
-        row = json.loads(local_file.read_text())["rates"][0]
+        row = document["rates"][0]
         one_thread = float(row.get("samples_per_core_second") or row["samples_per_second"])
     except (CalibrationError, KeyError, IndexError, TypeError, ValueError) as exc:
         errors.append(f"this machine's one-thread rate: {exc} (delete {local_file} to measure it again)")
         return None, None
+    # measured on another machine, core count or torch: no longer this machine's rate
+    stale = changed(document.get("measured_on", {}), inventory.get("machine") or {})
+    if stale:
+        return None, {**needed, "why": f"measured on another machine ({', '.join(stale)})"}
     compute = {
         "calibration": calibration.describe(),
         "calibration_file": calibration.path,
@@ -576,3 +583,9 @@ def testbed_host_size(hostvars: Any) -> dict[str, Any]:
 def testbed_shaped_hosts(hosts: list[str], hostvars: Any, fields: Any = LINK_FIELDS) -> list[str]:
     """The hosts that carry any of the link settings ``fields`` with a value other than none/0."""
     return [h for h in hosts if any(hostvars[h].get(name) not in (None, "", 0, "0") for name in fields)]
+
+
+def testbed_this_machine(_: Any = None) -> dict[str, Any]:
+    """The controller's cores, CPU model and torch version (validate.yml's ``inventory["machine"]``): a local
+    rate measured on another is measured again."""
+    return this_machine()

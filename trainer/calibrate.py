@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from experiment.machine import cpu_model
 from experiment.results import CALIBRATION_KIND, read_steps, read_summary
 
 METHOD = (
@@ -38,17 +39,6 @@ METHOD = (
     "(os.sched_setaffinity) with as many torch threads; samples/s per process from `trainer run "
     "--strategy baseline` over its steps after the first two (trainer calibrate)"
 )
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (the platform's processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def core_blocks(count: int, size: int, available: list[int]) -> list[list[int]]:

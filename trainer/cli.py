@@ -1,7 +1,8 @@
 """The ``trainer`` command: ``run`` (one peer or baseline), ``netprobe`` (link bandwidth between two hosts),
 ``cpuprobe`` (a host's CPU under full load), ``dht`` (a DHT-only bootstrap node), ``imagefolder`` (a JPEG
-dataset to load); and the controller's ``grid`` (many experiments) and ``report`` (tables, plots), which the
-controller package adds as plugin commands (``PLUGIN_GROUP``)."""
+dataset to load), ``identity`` (a Hivemind peer ID fixed ahead of its start); and the controller's ``grid``
+(many experiments) and ``report`` (tables, plots), which the controller package adds as plugin commands
+(``PLUGIN_GROUP``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ SUBCOMMAND_MODULES = {
     "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
     "dht": ("trainer.dht_node", "serve a DHT-only Hivemind node (a run's bootstrap that does not train)"),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
+    "identity": ("trainer.identity", "this host's Hivemind identity: create the key once, print its peer ID"),
     "calibrate": (
         "trainer.calibrate",
         "samples/s per process at 1, 2, 4, ... threads (compute calibration)",

@@ -117,6 +117,8 @@ class RunConfig:
     :param listen: Hivemind: multiaddr the DHT/p2pd listens on
     :param initial_peers: Hivemind: multiaddrs (with /p2p/ id) of peers to join; none: this is the bootstrap
         peer
+    :param identity_path: Hivemind: this peer's private key file (`trainer identity` makes one), so that its
+        peer ID, and with it its multiaddr, is known before it starts; empty: a new identity every start
     :param expected_peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
     :param min_peers: Hivemind: when the start barrier times out with at least this many peers (> 0), they
         start without the others instead of giving up (0: every expected peer is needed)
@@ -183,6 +185,10 @@ class RunConfig:
     listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))
     initial_peers: list[str] = field(
         default_factory=list, metadata=_opt("Hivemind: multiaddrs of peers to join", metavar="MULTIADDR")
+    )
+    identity_path: str = field(
+        default="",
+        metadata=_opt("Hivemind: private key file fixing this peer's ID (empty: a new one)", metavar="PATH"),
     )
     expected_peers: int = field(
         default=1, metadata=_opt("Hivemind: peers to wait for before the first step; DDP/ZeRO: world size")

@@ -4,6 +4,7 @@ from controller.plan import (
     testbed_experiment,
     testbed_host_size,
     testbed_shaped_hosts,
+    testbed_this_machine,
     testbed_variable_names,
 )
 
@@ -15,4 +16,5 @@ class FilterModule:
             "testbed_variable_names": testbed_variable_names,
             "testbed_host_size": testbed_host_size,
             "testbed_shaped_hosts": testbed_shaped_hosts,
+            "testbed_this_machine": testbed_this_machine,
         }

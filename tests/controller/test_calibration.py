@@ -191,10 +191,19 @@ def test_the_one_thread_rate_is_asked_for_once_and_a_factor_must_fit(tmp_path):
         "file": str(tmp_path / "local-rate" / "resnet18-bs32-n2.json"),
         "steps": 20,
         "share": "2:0.875",
+        "why": "not measured yet",
     }
     inventory = _inventory(tmp_path, [8, 8])
     fits = testbed_experiment({"peers": "2", "time_dilation": "20"}, inventory)
     assert fits["errors"] == [] and fits["time_dilation"] == 20.0 and fits["local_rate_needed"] is None
+    # measured on this machine (the file records cores 2): reused; on another torch or CPU: measured again
+    same = {"cores": 2, "cpu_model": "any", "torch": "2.1"}
+    reused = testbed_experiment({"peers": "2", "time_dilation": "20"}, {**inventory, "machine": same})
+    assert reused["local_rate_needed"] is None and reused["compute"]["local_one_thread_rate"] == 91.5
+    moved = testbed_experiment({"peers": "2"}, {**inventory, "machine": {**same, "cores": 4}})
+    assert moved["compute"] is None and moved["local_rate_needed"]["why"] == (
+        "measured on another machine (cores: 2 -> 4)"
+    )
     assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(rate(8) / 20 / 91.5, abs=1e-3)
     refused = testbed_experiment({"peers": "2", "time_dilation": "2"}, inventory)["errors"]
     smallest = 2 * rate(8) / (1.75 * 91.5)  # both 8-vCPU containers in the 1.75-core budget

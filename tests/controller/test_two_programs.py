@@ -80,6 +80,8 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.report.analysis",
         "controller.report.diagnosis",
         "controller.report.plots",
+        "controller.reuse",
+        "experiment.machine",
     ],
 )
 def test_docstring_examples(name):

@@ -462,6 +462,7 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
                 start=True,
                 host_maddrs=[config.listen],
                 initial_peers=list(config.initial_peers) or None,
+                identity_path=config.identity_path or None,
                 **dht_options(config.time_dilation),
             )
         except Exception as exc:
@@ -475,7 +476,7 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
                     f"(initial_peers={peers})"
                 ) from exc
             log.warning("joining the DHT failed (%s); retrying", reason)
-            time.sleep(2.0)
+            time.sleep(1.0)
 
 
 # ---------------------------------------------------------------------- processes
