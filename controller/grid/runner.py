@@ -325,7 +325,10 @@ class GridRunner:
             reason = experiment.get("incomplete_reason") or "experiment.json missing or not complete"
             message = f"playbook succeeded but results are incomplete: {reason}"
         else:
-            detail = result.error or failure_message(result.log)
+            # the run's own record of its failure (plugins/callback/testbed_run_failure.py), else the log's
+            experiment = read_experiment(self.results_dir, run.experiment_id) or {}
+            recorded = experiment.get("incomplete_reason") if experiment.get("failed") else None
+            detail = result.error or recorded or failure_message(result.log)
             message = f"playbook {result.status} (rc {result.rc}): {detail}"
         self.status.update(run, status="failed", message=message, **changes)
         return "failed"

@@ -1,12 +1,12 @@
-"""Measurements later runs reuse (the CPU probe of a configuration): filters from controller/reuse.py."""
+"""Measurements later runs reuse (the CPU and bandwidth probes of a configuration): controller/reuse.py."""
 
-from controller.reuse import cpu_probe_key, testbed_cpu_probe_record, testbed_reusable_cpu_probe
+from controller.reuse import testbed_probe_key, testbed_probe_record, testbed_reusable_probe
 
 
 class FilterModule:
     def filters(self):
         return {
-            "testbed_cpu_probe_key": cpu_probe_key,
-            "testbed_reusable_cpu_probe": testbed_reusable_cpu_probe,
-            "testbed_cpu_probe_record": testbed_cpu_probe_record,
+            "testbed_probe_key": testbed_probe_key,
+            "testbed_reusable_probe": testbed_reusable_probe,
+            "testbed_probe_record": testbed_probe_record,
         }

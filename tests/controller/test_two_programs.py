@@ -81,6 +81,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.report.diagnosis",
         "controller.report.plots",
         "controller.reuse",
+        "controller.failure",
         "experiment.machine",
     ],
 )
