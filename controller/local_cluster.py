@@ -26,20 +26,42 @@ def testbed_container_sizes(wanted, plan, hostvars, host_cores) -> dict[str, dic
     return sizes
 
 
-def testbed_inspected_containers(lines) -> dict[str, dict]:
-    """`podman inspect --format '{{json .Name}} {{json .State.Running}} {{.HostConfig.CpuQuota}}
-    {{.HostConfig.CpuPeriod}} {{.HostConfig.Memory}}'` lines, by name.
+def testbed_inspected_containers(inspected: str) -> dict[str, dict]:
+    """`podman inspect` of the existing containers (its JSON), by name: running, the CPUs and memory (MiB)
+    each was created with, and ``spec``, the label that local-cluster.yml gave it at its creation (what it was
+    created from, limits aside: a running container of this run's spec is left as it is).
 
-    >>> testbed_inspected_containers(['"testbed-peer-01" true 87500 100000 3221225472'])
-    {'testbed-peer-01': {'running': True, 'cpus': 0.875, 'memory_mb': 3072}}
+    >>> testbed_inspected_containers(json.dumps([{"Name": "testbed-peer-01", "State": {"Running": True},
+    ...     "HostConfig": {"CpuQuota": 87500, "CpuPeriod": 100000, "Memory": 3221225472},
+    ...     "Config": {"Labels": {"testbed.spec": "9f2c"}}}]))
+    {'testbed-peer-01': {'running': True, 'cpus': 0.875, 'memory_mb': 3072, 'spec': '9f2c'}}
     """
     containers = {}
-    for line in lines:
-        name, running, quota, period, memory = line.split()
-        cpus = int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else 0.0
-        containers[json.loads(name)] = {
-            "running": json.loads(running),
-            "cpus": round(cpus, 3),
-            "memory_mb": int(memory) // (1024 * 1024),
+    for found in json.loads(inspected or "[]"):
+        limits = found.get("HostConfig") or {}
+        quota, period = int(limits.get("CpuQuota") or 0), int(limits.get("CpuPeriod") or 0)
+        containers[found["Name"].lstrip("/")] = {
+            "running": bool((found.get("State") or {}).get("Running")),
+            "cpus": round(quota / period, 3) if quota > 0 and period > 0 else 0.0,
+            "memory_mb": int(limits.get("Memory") or 0) // (1024 * 1024),
+            "spec": ((found.get("Config") or {}).get("Labels") or {}).get("testbed.spec", ""),
         }
     return containers
+
+
+def testbed_limits_changed(wanted, containers, sizes, prefix) -> list[str]:
+    """The wanted hosts whose container this run creates or gives other limits than it was created with (a
+    container's creation values are all podman 4.3 shows: the limits a run set in place are not).
+
+    >>> containers = {"t-peer-01": {"cpus": 0.875, "memory_mb": 3072}}
+    >>> sizes = {"peer-01": {"cpus_limit": 0.875, "memory_mb": 3072}}
+    >>> sizes["peer-02"] = {"cpus_limit": 1.0, "memory_mb": 2048}
+    >>> testbed_limits_changed(["peer-01", "peer-02"], containers, sizes, "t-")
+    ['peer-02']
+    """
+    changed = []
+    for host in wanted:
+        found, size = containers.get(prefix + host), sizes[host]
+        if found is None or (found["cpus"], found["memory_mb"]) != (size["cpus_limit"], size["memory_mb"]):
+            changed.append(host)
+    return changed

@@ -1,6 +1,10 @@
 """The local cluster's container sizes: the playbooks' filters, from controller/local_cluster.py."""
 
-from controller.local_cluster import testbed_container_sizes, testbed_inspected_containers
+from controller.local_cluster import (
+    testbed_container_sizes,
+    testbed_inspected_containers,
+    testbed_limits_changed,
+)
 
 
 class FilterModule:
@@ -8,4 +12,5 @@ class FilterModule:
         return {
             "testbed_container_sizes": testbed_container_sizes,
             "testbed_inspected_containers": testbed_inspected_containers,
+            "testbed_limits_changed": testbed_limits_changed,
         }
