@@ -385,6 +385,22 @@ def testbed_fault_timeline(planned: list[dict[str, Any]], hostvars: Any) -> list
     return records
 
 
+def testbed_unapplied_faults(timeline: list[dict[str, Any]]) -> list[str]:
+    """A warning for each planned fault that did not happen (skipped, failed, still planned or unknown): the
+    run is then not the experiment its plan says (a churn run whose restarts came after the training ended).
+
+    >>> testbed_unapplied_faults([{"spec": "restart:peer-02@30s", "status": "skipped",
+    ...                            "detail": "the trainer had ended before the fault was due"},
+    ...                           {"spec": "kill:peer-03@5s", "status": "applied"}])
+    ['fault restart:peer-02@30s was not applied (skipped: the trainer had ended before the fault was due)']
+    """
+    return [
+        f"fault {f['spec']} was not applied ({f.get('status')}: {f.get('detail') or 'no detail'})"
+        for f in timeline
+        if f.get("status") not in ("applied", "healed")
+    ]
+
+
 def testbed_excused_problems(reasons: list[str], timeline: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Split the run's problems into ``expected`` (a host killed on purpose has no summary) and ``remaining``.
 

@@ -1,6 +1,11 @@
 """The planned faults (parsed, timed, the problems they excuse): filters from controller/faults.py."""
 
-from controller.faults import testbed_excused_problems, testbed_fault_timeline, testbed_faults
+from controller.faults import (
+    testbed_excused_problems,
+    testbed_fault_timeline,
+    testbed_faults,
+    testbed_unapplied_faults,
+)
 
 
 class FilterModule:
@@ -9,4 +14,5 @@ class FilterModule:
             "testbed_faults": testbed_faults,
             "testbed_fault_timeline": testbed_fault_timeline,
             "testbed_excused_problems": testbed_excused_problems,
+            "testbed_unapplied_faults": testbed_unapplied_faults,
         }

@@ -46,7 +46,8 @@ SETTINGS = {
     "measure_bandwidth": False,
     "cpu_probe_seconds": 0,
     "experiment_id": "e2e-faults",
-    "faults": "kill:peer-05@start,partition:peer-03@10s+8s",
+    # the pause is due long after the training ends: reported as not applied (issue #53)
+    "faults": "kill:peer-05@start,partition:peer-03@10s+8s,pause:peer-03@600s+5s",
     "churn": CHURN,
 }
 
@@ -81,6 +82,11 @@ def test_kill_before_the_barrier_then_churn_and_a_partition_during_the_run(tmp_p
     faults = experiment["faults"]
     (at_start,) = [f for f in faults if f["host"] == "peer-05"]
     (partition,) = [f for f in faults if f["kind"] == "partition"]
+    (late,) = [f for f in faults if f["kind"] == "pause"]
+    assert late["status"] == "skipped" and "ended before the fault was due" in late["detail"], late
+    not_applied = f"fault {late['spec']} was not applied (skipped: "
+    assert any(w.startswith(not_applied) for w in experiment["warnings"]), experiment["warnings"]
+    assert f"WARNING: {not_applied}" in run.output
     restarts = [f for f in faults if f["kind"] == "restart"]
     assert at_start["kind"] == "kill" and at_start["status"] == "applied", at_start
     assert at_start["applied_seconds"] is None, at_start  # before the barrier: no time from its release
