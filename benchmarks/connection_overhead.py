@@ -6,7 +6,11 @@ prints each run's wall seconds and seconds per task; then the ratio measured in 
 connection over testbed_podman (plugins/connection/testbed_podman.py: pipelining, a lazy mount). Every task's
 result is checked, so a connection that does less work cannot look faster.
 
+With ``--settings`` it also runs testbed_podman under the Ansible settings ansible.cfg chose against (issue
+#53): pipelining off, the ``free`` strategy, and half as many forks as hosts; each against ansible.cfg's.
+
     .venv/bin/python benchmarks/connection_overhead.py --hosts 4 --tasks 4 --repeats 2
+    .venv/bin/python benchmarks/connection_overhead.py --hosts 8 --tasks 3 --repeats 3 --settings
 
 Needs podman and ``localhost/testbed-node:latest`` (built by ``make demo`` or the tests).
 """
@@ -45,9 +49,12 @@ def _playbook(rounds: int) -> list[dict]:
     return [{"name": "Connection benchmark", "hosts": "all", "gather_facts": False, "tasks": tasks}]
 
 
-def _run(connection: str, inventory: Path, playbook: Path, hosts: int, tasks: int) -> float:
+def _run(
+    connection: str, inventory: Path, playbook: Path, hosts: int, tasks: int, settings: dict | None = None
+) -> float:
     env = dict(os.environ, CONTAINERS_CONF=str(REPO / "images" / "containers.conf"))
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    env.update(settings or {})
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     command += ["-e", f"ansible_connection={connection}"]
     started = time.monotonic()
@@ -67,6 +74,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=4, help="rounds of command + stat + copy")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--settings", action="store_true", help="also Ansible settings against ansible.cfg's")
     args = parser.parse_args()
     names = [f"{PREFIX}{number}" for number in range(1, args.hosts + 1)]
     tasks = 3 * args.tasks
@@ -85,17 +93,35 @@ def main() -> None:
             walls: dict[str, list[float]] = {connection: [] for connection in CONNECTIONS}
             print(f"{args.hosts} containers, {tasks} tasks each, {args.repeats} runs per connection")
             print(f"{'connection':<26} {'wall s':>8} {'s/task':>8}")
+            variants = _variants(args.hosts) if args.settings else {}
+            walls.update({name: [] for name in variants})
             for _ in range(args.repeats):
                 for connection in CONNECTIONS:
                     wall = _run(connection, inventory, playbook, args.hosts, tasks)
                     walls[connection].append(wall)
                     print(f"{connection:<26} {wall:8.1f} {wall / tasks:8.2f}", flush=True)
+                for name, settings in variants.items():
+                    wall = _run(CONNECTIONS[1], inventory, playbook, args.hosts, tasks, settings)
+                    walls[name].append(wall)
+                    print(f"{name:<26} {wall:8.1f} {wall / tasks:8.2f}", flush=True)
     finally:
         for name in names:
             _podman("rm", "--force", "--time", "0", name, check=False)
     medians = {connection: statistics.median(values) for connection, values in walls.items()}
     ratio = medians[CONNECTIONS[0]] / medians[CONNECTIONS[1]]
     print(f"ratio (median wall, {CONNECTIONS[0]} / {CONNECTIONS[1]}): {ratio:.2f}")
+    for name in walls:
+        if name not in CONNECTIONS:
+            print(f"ratio (median wall, {name} / ansible.cfg's): {medians[name] / medians[CONNECTIONS[1]]:.2f}")
+
+
+def _variants(hosts: int) -> dict[str, dict[str, str]]:
+    """testbed_podman under the settings ansible.cfg does not use (environment overrides)."""
+    return {
+        "pipelining off": {"ANSIBLE_PIPELINING": "false"},
+        "strategy free": {"ANSIBLE_STRATEGY": "free"},
+        f"forks {max(1, hosts // 2)}": {"ANSIBLE_FORKS": str(max(1, hosts // 2))},
+    }
 
 
 if __name__ == "__main__":

@@ -249,7 +249,8 @@ VARIABLES: tuple[Variable, ...] = (
         "refresh",
         "bool",
         False,
-        "run every set-up play, also on hosts already converged for this checkout",
+        "run every set-up play, also on hosts already converged for this checkout, and take the CPU and "
+        "bandwidth probes again rather than reuse a recent one of the same configuration",
         defines_setting=False,
     ),
     Variable(
