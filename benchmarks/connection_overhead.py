@@ -112,7 +112,8 @@ def main() -> None:
     print(f"ratio (median wall, {CONNECTIONS[0]} / {CONNECTIONS[1]}): {ratio:.2f}")
     for name in walls:
         if name not in CONNECTIONS:
-            print(f"ratio (median wall, {name} / ansible.cfg's): {medians[name] / medians[CONNECTIONS[1]]:.2f}")
+            against = medians[name] / medians[CONNECTIONS[1]]
+            print(f"ratio (median wall, {name} / ansible.cfg's): {against:.2f}")
 
 
 def _variants(hosts: int) -> dict[str, dict[str, str]]:
