@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,40 @@ def run_playbook(playbook: str, *extra: str, timeout: float = 1200, env: dict | 
         check=False,
     )
     return PlaybookRun(result.returncode, result.stdout)
+
+
+def interrupt_playbook(
+    playbook: str, *extra: str, at: str, timeout: float = 600, env: dict | None = None
+) -> PlaybookRun:
+    """Run a playbook and press Ctrl-C (SIGINT to its whole process group, as a terminal does) as soon as its
+    output shows ``at``; return its exit status and output. Fails when ``at`` never shows."""
+    process = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), *extra],
+        cwd=REPO,
+        env={**environment(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if at in line:
+                os.killpg(process.pid, signal.SIGINT)
+                break
+            if time.monotonic() > deadline:
+                break
+        lines.append(process.communicate(timeout=120)[0])
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    output = "".join(lines)
+    assert at in output, f"the playbook never reached {at!r}:\n{output[-4000:]}"
+    return PlaybookRun(process.returncode, output)
 
 
 #: the e2e runs keep real time unless a test asks for dilation: their time settings were chosen for it (the

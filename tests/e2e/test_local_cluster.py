@@ -17,6 +17,7 @@ from e2e_support import (
     extra_vars,
     free_port,
     icmp_unlimited,
+    interrupt_playbook,
     outside_namespace,
     port_scan,
     read_json,
@@ -394,3 +395,43 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     summary = read_json(tmp_path / "e2e-incomplete" / "peer-01" / "summary.json")
     assert summary["exit_reason"] == "start_timeout"
     assert summary["complete"] is False
+
+
+def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
+    """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
+    training, and again: each run ends what the interrupted one left (the probe's server, the trainers) and
+    says so, and the last completes. Then the same complete run into a new results_root: fetched, not run
+    again."""
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
+    settings.update(max_steps=200, experiment_id="e2e-interrupted")  # still training when the next run starts
+    arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
+    # a cache of its own: the bandwidth probe is measured, not reused from an earlier test's
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    in_probe = interrupt_playbook(
+        "experiment.yml", *arguments, at="TASK [Stream from the last peer to the first", env=env
+    )
+    assert in_probe.returncode != 0
+    in_training = interrupt_playbook(
+        "experiment.yml", *arguments, at="TASK [Wait up to one progress interval", env=env
+    )
+    assert "Address already in use" not in in_training.output, in_training.output[-4000:]
+    chance.expect(
+        "peer-01: ended what an earlier run left: trainer netprobe" in in_training.output,
+        "the probe's server outlived the interrupted run and the next run ended it",
+        in_training.output[-3000:],
+    )
+    done = run_playbook("experiment.yml", *arguments, env=env)
+    assert done.returncode == 0, done.output[-8000:]
+    for peer in ("peer-01", "peer-02"):
+        assert f"{peer}: ended what an earlier run left: testbed-trainer.service" in done.output, peer
+    assert read_json(tmp_path / "results" / "e2e-interrupted" / "experiment.json")["complete"] is True
+
+    # complete on the hosts, absent from a new results_root: fetched there, not run again
+    elsewhere = run_playbook(
+        "experiment.yml", *arguments, "-e", json.dumps({"results_root": str(tmp_path / "elsewhere")}), env=env
+    )
+    assert elsewhere.returncode == 0, elsewhere.output[-8000:]
+    assert "is complete on every peer; not running it again" in elsewhere.output
+    copied = tmp_path / "elsewhere" / "e2e-interrupted"
+    assert read_json(copied / "experiment.json")["complete"] is True
+    assert read_json(copied / "peer-02" / "summary.json")["complete"] is True
