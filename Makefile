@@ -84,16 +84,22 @@ pytest: setup
 	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-# `make test`: the linters run beside the parallel pass (neither times anything; together they fill the two
-# cores that each alone left partly idle), their output shown once both are done; then the serial pass, with
-# nothing beside it. Any of the three failing fails.
+# `make test`: the linters and the Molecule scenarios run beside the parallel pass (none of them times
+# anything; the scenarios mostly wait on containers and apt, which left the two cores partly idle), their
+# output shown once all are done; then the rest of the serial pass, with nothing beside it (its tests time
+# things or train dilated peers). Any part failing fails.
+MOLECULE_PASS := pytest -m molecule tests/roles/test_molecule.py
+SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" tests/
 test: setup
-	status=0; lint_log=$$(mktemp); \
+	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
+	$(MOLECULE_PASS) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
 	cat "$$lint_log"; rm -f "$$lint_log"; \
-	$(SERIAL_PASS) || status=$$?; \
+	wait $$molecule || { status=$$?; echo "the Molecule scenarios failed:"; }; \
+	cat "$$molecule_log"; rm -f "$$molecule_log"; \
+	$(SERIAL_REST) || status=$$?; \
 	exit $$status
 
 # The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
