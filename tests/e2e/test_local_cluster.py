@@ -412,7 +412,7 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
     )
     assert in_probe.returncode != 0
     in_training = interrupt_playbook(
-        "experiment.yml", *arguments, at="TASK [Wait up to one progress interval", env=env
+        "experiment.yml", *arguments, at="TASK [trainer_service : Wait up to one progress interval", env=env
     )
     assert "Address already in use" not in in_training.output, in_training.output[-4000:]
     chance.expect(
