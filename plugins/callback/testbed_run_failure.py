@@ -20,8 +20,12 @@ DOCUMENTATION = """
       - enabled in ansible.cfg (callbacks_enabled)
 """
 
-#: playbooks/validate.yml's play: its failures are the one message already (nothing was started)
-VALIDATE_PLAY = "Validate the experiment's settings and the inventory"
+#: playbooks/validate.yml's and reach.yml's plays: their failures are the one message already, and nothing was
+#: started, so no results directory is made for them
+BEFORE_ANYTHING_STARTS = (
+    "Validate the experiment's settings and the inventory",
+    "Reach every host, and as root",
+)
 
 
 class CallbackModule(CallbackBase):
@@ -49,7 +53,7 @@ class CallbackModule(CallbackBase):
             self._experiment = facts["testbed_experiment"]
 
     def _failed(self, result):
-        if self._play != VALIDATE_PLAY:
+        if self._play not in BEFORE_ANYTHING_STARTS:
             failure = {"play": self._play, "task": result._task.get_name(), "cause": cause(result._result)}
             self._failures[result._host.get_name()] = failure
 
