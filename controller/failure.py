@@ -3,7 +3,8 @@
 Ansible reports a failed task where it happens, and a play after it may fail again on what the first failure
 left undone (an undefined fact, a results directory never created). The playbook's callback
 (plugins/callback/testbed_run_failure.py) keeps each host's last failure and, at the end, prints one message
-naming the host, the play, the task and the cause. Where the run got past validation, it also writes the run's
+naming the host, the play, the task and the cause. Where the run got past validation and reached its hosts
+(their plays' own message is the one), it also writes the run's
 ``experiment.json`` (``complete: false``, ``failed``, ``incomplete_reason``) unless this run already wrote it
 (report.yml did, and then failed on purpose) or it holds complete results.
 """
