@@ -23,11 +23,15 @@ class PlaybookRun:
     output: str
 
 
+def _command(playbook: str, extra: tuple[str, ...]) -> list[str]:
+    return [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), *extra]
+
+
 def run_playbook(playbook: str, *extra: str, timeout: float = 1200, env: dict | None = None) -> PlaybookRun:
     """Run a playbook from playbooks/ with extra arguments (and environment variables); return its exit status
     and combined output."""
     result = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), *extra],
+        _command(playbook, extra),
         cwd=REPO,
         env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
@@ -45,7 +49,7 @@ def interrupt_playbook(
     """Run a playbook and press Ctrl-C (SIGINT to its whole process group, as a terminal does) as soon as its
     output shows ``at``; return its exit status and output. Fails when ``at`` never shows."""
     process = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), *extra],
+        _command(playbook, extra),
         cwd=REPO,
         env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
