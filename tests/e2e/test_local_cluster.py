@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from e2e_support import (
     PlaybookRun,
     extra_vars,
@@ -381,11 +382,20 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
 
 
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
-    # A 1-second start barrier: the bootstrap peer gives up before the other peer has even started.
-    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 1}
+    # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
+    # start barrier, where the bootstrap peer gives up after start_timeout (every peer starts at once, so a
+    # short barrier alone no longer keeps anyone out)
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 20}
     settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
-    run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
+    port = yaml.safe_load(cluster.read_text())["hivemind_port"]
+    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(600)  # e2e holder"
+    _in("peer-02", "python3", "-c", holder, detach=True, check=True)
+    try:
+        run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    finally:
+        _in("peer-02", "pkill", "-f", "e2e holder")
     assert run.returncode != 0
     assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
     experiment = read_json(tmp_path / "e2e-incomplete" / "experiment.json")

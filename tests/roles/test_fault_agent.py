@@ -97,3 +97,36 @@ def test_the_faults_wait_for_this_runs_barrier(tmp_path):
     assert recorded["started"] is None
     assert recorded["faults"][0]["status"] == "skipped", recorded
     assert "barrier never released" in recorded["faults"][0]["detail"]
+
+
+@needs_root
+def test_stopped_at_the_end_of_the_run_it_heals_the_fault_under_way_and_skips_those_still_due(
+    namespace, tmp_path
+):
+    """Role fault_injection's collect stops the agent when the run is over: a partition under way is healed,
+    a fault due later is recorded as skipped (not left planned)."""
+    faults = [
+        {"spec": "partition:h@0.2s+60s", "kind": "partition", "at_seconds": 0.2, "duration_seconds": 60.0},
+        {"spec": "pause:h@90s+5s", "kind": "pause", "at_seconds": 90.0, "duration_seconds": 5.0},
+    ]  # fmt: skip
+    started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
+         "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
+         "--peers", "10.77.0.2", "--timeline", str(timeline), "--timeout", "120"],
+    )  # fmt: skip
+    try:
+        time.sleep(0.3)
+        _release_barrier(started)
+        deadline = time.monotonic() + 10
+        while "blackhole" not in in_namespace("ip", "route", "show") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "blackhole 10.77.0.2" in in_namespace("ip", "route", "show")
+        agent.terminate()
+        assert agent.wait(timeout=10) == 0
+    finally:
+        agent.kill()
+    assert "blackhole" not in in_namespace("ip", "route", "show")
+    recorded = json.loads(timeline.read_text())
+    assert [f["status"] for f in recorded["faults"]] == ["healed", "skipped"], recorded
+    assert "over before the fault was due" in recorded["faults"][1]["detail"]

@@ -3,9 +3,10 @@
 
 Started in the background before the trainer; waits for the start barrier's release (the trainer writes its
 time to started.json at that moment, before its first step), then at each fault's time applies it and,
-after its duration, heals it; a fault due after the trainer ended is skipped. Writes the timeline (planned and
-actual times, Unix and from the start) to --timeline after every change, so a record survives whatever
-happens next. Standard library only: it runs with the host's python3.
+after its duration, heals it; a fault due after the trainer ended is skipped. Stopped (SIGTERM: the run is
+over), it heals the fault under way and records every fault still due as skipped. Writes the timeline
+(planned and actual times, Unix and from the start) to --timeline after every change, so a record survives
+whatever happens next. Standard library only: it runs with the host's python3.
 
 Faults: kill (SIGKILL every process of the unit), pause (SIGSTOP, later SIGCONT), partition (blackhole routes
 to the other peers' addresses: nothing the peer sends reaches them, so no connection with them works), slow
@@ -183,12 +184,32 @@ def apply(fault: dict, host: Host, on: bool) -> None:
         host.slow(fault["rate_mbit"] if on else None)
 
 
+class Stopped(SystemExit):
+    """SIGTERM: the run is over (role fault_injection's collect), or the agent is ended."""
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+
+def _stop(*_: object) -> None:
+    raise Stopped
+
+
 def run(args: argparse.Namespace) -> int:
     faults = sorted(json.loads(args.faults), key=lambda f: f["at_seconds"])
     started_json = Path(args.started)
     host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p], started_json.parent)
     timeline = Timeline(Path(args.timeline), faults)
     timeline.save()
+    try:
+        return _inject(args, host, started_json, timeline)
+    except Stopped:
+        for entry in [f for f in timeline.document["faults"] if f["status"] == "planned"]:
+            timeline.note(entry, status="skipped", detail="the run was over before the fault was due")
+        return 0
+
+
+def _inject(args: argparse.Namespace, host: Host, started_json: Path, timeline: Timeline) -> int:
     launched, deadline = time.time(), time.time() + args.timeout
     for entry in [f for f in timeline.document["faults"] if f.get("before_start")]:
         # kill@start: as soon as the trainer runs, before the start barrier can release
@@ -254,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default="", help="the other peers' cluster addresses, comma-separated")
     parser.add_argument("--timeline", required=True)
     parser.add_argument("--timeout", type=float, required=True, help="give up waiting after this many s")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _stop)
     return run(parser.parse_args(argv))
 
 
