@@ -27,6 +27,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,12 @@ def source_only(report: dict) -> list[str]:
     ]
 
 
+def installed_bytes(wheel: Path) -> int:
+    """What ``wheel`` unpacks to: its members' uncompressed sizes, read from the archive's directory."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sum(member.file_size for member in archive.infolist())
+
+
 def _run(command: list[str], what: str) -> None:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -142,12 +149,16 @@ def build(
             f"downloading the wheels for {target}",
         )
         (directory / ".complete").write_text(text)
-    names = sorted(path.name for path in wheels.glob("*.whl"))
+    paths = sorted(wheels.glob("*.whl"))
+    names = [path.name for path in paths]
     return {
         "directory": str(wheels.resolve()),
         "built": built,
         "target": {"python": target.python, "glibc": target.glibc, "arch": target.arch, "abi": target.abi},
         "wheels": len(names),
+        # the host's disk needs both while it installs: the shipped wheels and what they unpack to
+        "bytes": sum(path.stat().st_size for path in paths),
+        "installed_bytes": sum(installed_bytes(path) for path in paths),
         "tags": sorted({"-".join(name[: -len(".whl")].split("-")[-3:]) for name in names}),
     }
 

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from controller.wheelhouse import Target, download_command, main, source_only
+from controller.wheelhouse import Target, download_command, installed_bytes, main, source_only
 
 
 def test_the_download_asks_for_the_hosts_python_not_the_controllers():
@@ -69,3 +70,13 @@ def test_a_bad_target_is_refused_before_anything_is_downloaded(tmp_path, capsys,
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_a_wheel_unpacks_to_is_read_from_its_archive(tmp_path):
+    """The role checks the host's free disk against the shipped wheels plus what they unpack to."""
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("demo/__init__.py", "x = 1\n" * 10_000)  # 60,000 bytes, compressed to far fewer
+        archive.writestr("demo-1.0.dist-info/METADATA", "Name: demo\n")
+    assert installed_bytes(wheel) == 60_000 + len("Name: demo\n")
+    assert wheel.stat().st_size < installed_bytes(wheel) / 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -390,11 +391,23 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     settings["experiment_id"] = "e2e-incomplete"
     cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
     port = yaml.safe_load(cluster.read_text())["hivemind_port"]
-    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(600)  # e2e holder"
-    _in("peer-02", "python3", "-c", holder, detach=True, check=True)
+    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # e2e holder"
+    done = threading.Event()
+
+    def hold() -> None:
+        """The port held while the playbook runs: started as soon as peer-02's container runs, and again in
+        a container the playbook creates anew (both long before any trainer starts)."""
+        while not done.wait(0.5):
+            if _in("peer-02", "pgrep", "-f", "e2e holder").returncode == 1:
+                _in("peer-02", "python3", "-c", holder, detach=True)
+
+    holding = threading.Thread(target=hold, daemon=True)
+    holding.start()
     try:
         run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
     finally:
+        done.set()
+        holding.join()
         _in("peer-02", "pkill", "-f", "e2e holder")
     assert run.returncode != 0
     assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
