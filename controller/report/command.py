@@ -20,10 +20,13 @@ from pathlib import Path
 
 from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
-from controller.report.analysis import Analysis, analyse, effect_verdicts, preprocessing_factors
+from controller.report.analysis import analyse
 from controller.report.data import Experiment, load_experiments
+from controller.report.effects import effect_verdicts
 from controller.report.intervals import noise_floor_lines, verdict_lines
+from controller.report.metrics import Analysis
 from controller.report.metrics import __doc__ as DEFINITIONS
+from controller.report.network import preprocessing_factors
 from controller.report.timeouts import recommendation_lines
 
 _BANDWIDTH = re.compile(

@@ -101,6 +101,16 @@ class Table:
         return "\n".join(lines) + "\n"
 
 
+def make_table(name: str, title: str, rows: list[dict[str, Any]], columns: tuple[str, ...] = ()) -> Table:
+    if not columns:
+        columns = tuple(dict.fromkeys(key for row in rows for key in row)) or ("experiment_id",)
+    return Table(name, title, columns, rows)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass
 class Analysis:
     """Everything the report shows (built by controller/report/analysis.py); each table is also written as

@@ -1,4 +1,4 @@
-"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (report/analysis.py)."""
+"""The report's PNG plots (matplotlib, Agg backend), drawn from an Analysis (report/analysis.py builds it)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from controller.report.analysis import (  # noqa: E402
-    AVERAGING_PARTS,
-    BREAKDOWN_PARTS,
-    EFFECT_FACTORS,
-    EFFECT_METRICS,
-    Analysis,
-)
+from controller.report.breakdown import AVERAGING_PARTS, BREAKDOWN_PARTS  # noqa: E402
+from controller.report.effects import EFFECT_FACTORS, EFFECT_METRICS  # noqa: E402
 from controller.report.faults import fault_windows  # noqa: E402
-from controller.report.metrics import bandwidth_bound, latency_seconds  # noqa: E402
+from controller.report.metrics import Analysis, bandwidth_bound, latency_seconds  # noqa: E402
 
 STRATEGY_COLOURS = {
     "baseline": "#333333",

@@ -78,8 +78,8 @@ def test_a_missing_curve_or_thread_count_names_what_the_file_has(tmp_path):
 
 def test_the_ceiling_takes_each_peers_own_vcpus_and_the_median_baseline():
     """Heterogeneous peers (experiment.json hosts, 8 + 8 + 4 vCPUs), each at its own calibrated rate."""
-    from controller.report.analysis import ceiling_speedup
     from controller.report.data import Experiment
+    from controller.report.strategies import ceiling_speedup
 
     calibration = load(DEFAULT)
     settings = {"model": "resnet18", "batch_size": 32, "vcpus": 8, "peers": 3}

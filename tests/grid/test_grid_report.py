@@ -14,7 +14,7 @@ from grid_support import RUN_SETTINGS as SETTINGS
 from grid_support import TARGET, hivemind_pair, trainer, write_experiment_json
 
 from controller.calibration import KIND
-from controller.report.analysis import AVERAGING_PARTS
+from controller.report.breakdown import AVERAGING_PARTS
 from controller.report.command import parse_bandwidth
 from controller.report.metrics import bandwidth_bound
 from experiment.results import read_summary

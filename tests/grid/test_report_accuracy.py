@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.report.analysis import analyse, effect_verdicts
+from controller.report.analysis import analyse
 from controller.report.data import Experiment, PeerRun
+from controller.report.effects import effect_verdicts
 from controller.report.intervals import noise_floor_lines, verdict_lines
 
 SETTINGS = {"model": "smallcnn", "dataset": "synthetic", "batch_size": 32, "learning_rate": 0.01, "vcpus": 1}

@@ -174,7 +174,7 @@ def test_prediction_against_a_hand_computation():
 def test_the_preprocessing_table_compares_data_pipelines_per_model():
     """Issue 14: each baseline on an image folder with its preprocessing and workers, its data-loading share,
     and the factor between the slowest and the fastest pipeline of one model; other runs stay out."""
-    from controller.report.analysis import preprocessing_factors
+    from controller.report.network import preprocessing_factors
 
     def baseline(name: str, data: float, preprocessing: str, workers: int) -> Experiment:
         peer = PeerRun("baseline", _steps(data, 0.010, 0.0), [], True)

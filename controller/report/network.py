@@ -1,0 +1,178 @@
+"""What the links carried and where they bound: bytes per sample, the bandwidth-bound share, the rates at
+which averaging would stop binding, and the data pipeline's (preprocessing) share."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from controller.report.data import Experiment
+from controller.report.metrics import (
+    Analysis,
+    Table,
+    is_number,
+    make_table,
+    total,
+)
+
+#: the step-time parts a run can be bound by, as the network table names them
+BOUND_PARTS = ("data", "compute", "averaging")
+
+
+def sent_bytes_per_sample(e: Experiment) -> float | None:
+    """Bytes the peers sent (their interfaces' counters, summary.json ``network``) over the samples they
+    trained, of the peers that counted them (a killed peer wrote no count); None when none did."""
+    counted = [peer for peer in e.peers if peer.summary.get("network")]
+    samples = total([row for peer in counted for row in peer.steps], "samples")
+    return sum(peer.summary["network"]["sent_bytes"] for peer in counted) / samples if samples else None
+
+
+def network_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """Hivemind runs on shaped links (``bandwidth_mbit`` set): the step-time shares at each link rate and the
+    part that bounds the run (the largest of data loading, compute, averaging)."""
+    breakdown = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
+    table = []
+    for e in analysis.experiments:
+        rate = e.settings.get("bandwidth_mbit")
+        if e.is_baseline or not rate:
+            continue
+        shares = {part: breakdown[e.experiment_id][f"{part}_share"] for part in BOUND_PARTS}
+        known = {part: share for part, share in shares.items() if share is not None}
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "setting": e.label(),
+                "peers": e.peer_count,
+                "bandwidth_mbit": float(rate),
+                "measured_mbit": e.bandwidth_bytes_per_second * 8 / 1e6
+                if e.bandwidth_bytes_per_second
+                else None,
+                **{f"{part}_share": share for part, share in shares.items()},
+                "samples_per_second": rows[e.experiment_id]["samples_per_second"],
+                "bound": max(known, key=known.__getitem__) if known else None,
+            }
+        )
+    table.sort(key=lambda row: (row["setting"].rsplit(" ", 1)[0], row["peers"], row["bandwidth_mbit"]))
+    columns = (
+        *("experiment_id", "setting", "peers", "bandwidth_mbit", "measured_mbit"),
+        *(f"{part}_share" for part in BOUND_PARTS),
+        *("samples_per_second", "bound"),
+    )
+    return make_table("network", "Shaped links: step-time shares per link rate", table, columns)
+
+
+def network_thresholds_table(network: list[dict[str, Any]]) -> Table:
+    """Per setting without its link rate: the rates where averaging bounds the run, and the highest of them.
+
+    >>> rows = [{"setting": "2p tbs64 noLU 10Mbit", "peers": 2, "bandwidth_mbit": 10.0, "bound": "averaging",
+    ...          "averaging_share": 0.8, "samples_per_second": 5.0},
+    ...         {"setting": "2p tbs64 noLU 100Mbit", "peers": 2, "bandwidth_mbit": 100.0, "bound": "compute",
+    ...          "averaging_share": 0.3, "samples_per_second": 20.0}]
+    >>> row = network_thresholds_table(rows).rows[0]
+    >>> [row[k] for k in ("communication_bound_mbit", "communication_bound_up_to_mbit")]
+    ['10', 10.0]
+    >>> row["not_communication_bound_from_mbit"]
+    100.0
+    """
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in network:
+        groups[row["setting"].rsplit(" ", 1)[0], row["peers"]].append(row)
+    table = []
+    for (setting, peers), members in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        members.sort(key=lambda row: row["bandwidth_mbit"])
+        bound = [row["bandwidth_mbit"] for row in members if row["bound"] == "averaging"]
+        not_bound = [row["bandwidth_mbit"] for row in members if row["bound"] not in (None, "averaging")]
+        above = [rate for rate in not_bound if not bound or rate > max(bound)]
+        table.append(
+            {
+                "setting": setting,
+                "peers": peers,
+                "rates_mbit": " ".join(f"{row['bandwidth_mbit']:g}" for row in members),
+                "averaging_shares": " ".join(_fmt_share(row["averaging_share"]) for row in members),
+                "communication_bound_mbit": " ".join(f"{rate:g}" for rate in bound),
+                "communication_bound_up_to_mbit": max(bound) if bound else None,
+                "not_communication_bound_from_mbit": min(above) if above else None,
+            }
+        )
+    columns = (
+        *("setting", "peers", "rates_mbit", "averaging_shares", "communication_bound_mbit"),
+        *("communication_bound_up_to_mbit", "not_communication_bound_from_mbit"),
+    )
+    title = "Where Hivemind turns communication-bound (averaging the largest share of step time)"
+    return make_table("network_thresholds", title, table, columns)
+
+
+def preprocessing_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
+    """Runs that chose a data pipeline (an image folder's preprocessing, or data workers): throughput and
+    data-loading share per strategy, and each one's speed against the slowest of its model and dataset."""
+    breakdown = {row["experiment_id"]: row for row in analysis.tables["breakdown"].rows}
+    table = []
+    for e in analysis.experiments:
+        preprocessing, workers = e.data_pipeline()
+        if not preprocessing and not workers:
+            continue
+        parts = breakdown[e.experiment_id]
+        table.append(
+            {
+                "experiment_id": e.experiment_id,
+                "strategy": e.strategy,
+                "peers": e.peer_count,
+                "model": e.settings.get("model"),
+                "dataset": e.settings.get("dataset"),
+                "preprocessing": preprocessing,
+                "data_workers": workers,
+                "samples_per_second": rows[e.experiment_id]["samples_per_second"],
+                "data_ms": parts["data_ms"],
+                "compute_ms": parts["compute_ms"],
+                "data_share": parts["data_share"],
+                "speed_vs_slowest": None,
+            }
+        )
+    for members in _by_model(table):
+        slowest = members[0]["samples_per_second"]
+        for row in members:
+            row["speed_vs_slowest"] = row["samples_per_second"] / slowest
+    table.sort(
+        key=lambda row: (str(row["model"]), str(row["dataset"]), row["preprocessing"], row["data_workers"])
+    )
+    title = "Preprocessing strategies: throughput and data-loading share"
+    return make_table("preprocessing", title, table)
+
+
+def _by_model(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The rows with a measured throughput, per model and dataset, slowest first."""
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if is_number(row["samples_per_second"]) and row["samples_per_second"] > 0:
+            groups[row["model"], row["dataset"]].append(row)
+    return [sorted(members, key=lambda row: row["samples_per_second"]) for members in groups.values()]
+
+
+def preprocessing_factors(table: Table) -> list[str]:
+    """One line per model and dataset: the factor between its slowest and fastest data pipeline.
+
+    >>> rows = [{"model": "m", "dataset": "d", "preprocessing": "decode", "data_workers": 0,
+    ...          "samples_per_second": 100.0}, {"model": "m", "dataset": "d", "preprocessing": "cached",
+    ...          "data_workers": 0, "samples_per_second": 320.0}]
+    >>> preprocessing_factors(Table("preprocessing", "", ("model",), rows))
+    ['m on d: 3.20x between the slowest (decode, 0 workers) and the fastest (cached, 0 workers)']
+    """
+    lines = []
+    for members in _by_model(table.rows):
+        slow, fast = members[0], members[-1]
+        if slow is fast:
+            continue
+        factor = fast["samples_per_second"] / slow["samples_per_second"]
+        lines.append(
+            f"{slow['model']} on {slow['dataset']}: {factor:.2f}x between the slowest ({_pipeline(slow)}) "
+            f"and the fastest ({_pipeline(fast)})"
+        )
+    return lines
+
+
+def _pipeline(row: dict[str, Any]) -> str:
+    return f"{row['preprocessing'] or 'in memory'}, {row['data_workers']} workers"
+
+
+def _fmt_share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.2f}"
