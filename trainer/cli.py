@@ -22,7 +22,10 @@ from trainer.config import ConfigError, add_arguments, config_from_namespace
 SUBCOMMAND_MODULES = {
     "netprobe": ("trainer.netprobe", "measure the TCP throughput between two hosts"),
     "cpuprobe": ("trainer.cpuprobe", "measure the CPU this host receives under full load"),
-    "dht": ("trainer.dht_node", "serve a DHT-only Hivemind node (a run's bootstrap that does not train)"),
+    "dht": (
+        "trainer.strategies.hivemind.dht_node",
+        "serve a DHT-only Hivemind node (a run's bootstrap that does not train)",
+    ),
     "imagefolder": ("trainer.imagefolder", "write a JPEG image-folder dataset (data loading experiments)"),
     "identity": ("trainer.identity", "this host's Hivemind identity: create the key once, print its peer ID"),
     "calibrate": (

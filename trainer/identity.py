@@ -3,7 +3,8 @@
 A Hivemind peer's ID is the hash of its private key. Hivemind makes a new key for every peer unless it is
 given one (``identity_path``), so a bootstrap peer's address is known only once it is up. With a key made
 ahead of time, the playbook knows the bootstrap peer's full multiaddr before any peer starts and starts every
-peer at once (the others retry their join until it listens: trainer/strategies/hivemind.py ``_join_dht``).
+peer at once (the others retry their join until it listens: ``_join_dht`` in
+trainer/strategies/hivemind/strategy.py).
 
 Prints one JSON line: ``{"path": ..., "peer_id": ..., "created": true|false}``. A key that exists is only
 read.

@@ -1,4 +1,5 @@
-"""trainer.dht_node: the DHT-only bootstrap node (``trainer dht``) a run's peers may join."""
+"""trainer.strategies.hivemind.dht_node: the DHT-only bootstrap node (``trainer dht``) that a run's peers
+may join."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from experiment.results import MULTIADDRS_FILE
-from trainer import dht_node
+from trainer.strategies.hivemind import dht_node
 
 DHT_COMMAND = [sys.executable, "-m", "trainer", "dht"]
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from trainer import hivemind_rounds
-from trainer.hivemind_rounds import (
+from trainer.strategies.hivemind import rounds as hivemind_rounds
+from trainer.strategies.hivemind.rounds import (
     KIND_GRADIENTS,
     KIND_PARAMETERS,
     ChildRound,
@@ -207,7 +207,7 @@ def dht():
 
 
 def test_barrier_times_out_naming_who_arrived(dht):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     alone = RunCoordinator(dht, "barrier-run", "solo", expected_peers=2, poll_interval=0.1)
     started = time.monotonic()
@@ -217,7 +217,7 @@ def test_barrier_times_out_naming_who_arrived(dht):
 
 
 def test_barrier_timeout_with_min_peers_starts_with_those_that_came(dht):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     first = RunCoordinator(dht, "min-run", "one", expected_peers=3, poll_interval=0.1)
     first._store(first.barrier_key, {"peer": "one", "time": time.time()})
@@ -232,7 +232,7 @@ def test_barrier_timeout_with_min_peers_starts_with_those_that_came(dht):
 
 def test_a_min_peers_release_is_everyones(dht):
     """The first peer whose timeout passes with min_peers arrived starts the others still waiting with it."""
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     early = RunCoordinator(dht, "release-run", "early", expected_peers=3, poll_interval=0.1)
     late = RunCoordinator(dht, "release-run", "late", expected_peers=3, poll_interval=0.1)
@@ -244,7 +244,7 @@ def test_a_min_peers_release_is_everyones(dht):
 
 
 def test_barrier_releases_when_enough_peers_announced(dht):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     first = RunCoordinator(dht, "pair-run", "one", expected_peers=2, poll_interval=0.1)
     first._store(first.barrier_key, {"peer": "one", "time": time.time()})
@@ -255,7 +255,7 @@ def test_barrier_releases_when_enough_peers_announced(dht):
 
 
 def test_the_smallest_published_stop_epoch_wins(dht):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     early = RunCoordinator(dht, "stop-run", "early", expected_peers=2, poll_interval=0.05)
     late = RunCoordinator(dht, "stop-run", "late", expected_peers=2, poll_interval=0.05)
@@ -269,7 +269,7 @@ def test_the_smallest_published_stop_epoch_wins(dht):
 
 
 def test_waiting_for_others_to_finish_is_bounded(dht):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     done = RunCoordinator(dht, "done-run", "a", expected_peers=2, poll_interval=0.05)
     done.announce_done("max_steps", 4)
@@ -286,7 +286,7 @@ def test_waiting_for_others_to_finish_is_bounded(dht):
 
 
 def test_the_synced_barrier_waits_for_every_tracker_and_is_bounded(dht, caplog):
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     counts = {"value": False}
     first = RunCoordinator(dht, "sync-run", "one", expected_peers=2, poll_interval=0.05)
@@ -381,7 +381,7 @@ def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_th
 def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
     """Issue 31: a restarted trainer announces itself again under a new DHT identity; the barrier and the
     finish count peers by name: its two incarnations are one peer (and the missing one is still missing)."""
-    from trainer.coordination import RunCoordinator
+    from trainer.strategies.hivemind.coordination import RunCoordinator
 
     first = RunCoordinator(dht, "rejoin-run", "b", expected_peers=3, poll_interval=0.05)
     first.subkey = "b/killed-incarnation"

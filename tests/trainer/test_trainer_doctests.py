@@ -15,7 +15,7 @@ MODULES = [
     "trainer.data",
     "trainer.shutdown",
     "trainer.strategies.baseline",
-    "trainer.strategies.hivemind",
+    "trainer.strategies.hivemind.strategy",
     "trainer.cpu_usage",
     "trainer.imagefolder",
     "trainer.cpuprobe",

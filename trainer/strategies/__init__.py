@@ -20,7 +20,7 @@ def get_strategy(name: str) -> Strategy:
 
         return BaselineStrategy()
     if name == "hivemind":
-        from trainer.strategies.hivemind import HivemindStrategy
+        from trainer.strategies.hivemind.strategy import HivemindStrategy
 
         return HivemindStrategy()
     if name in ("ddp", "zero"):

@@ -9,7 +9,7 @@ condition and shutdown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -90,3 +90,38 @@ class Strategy(Protocol):
     def finish(self, exit_reason: str) -> None:
         """Leave cleanly: serve averaging for a bounded grace period if others still need us, then shut
         down."""
+
+
+# The optimizer helpers every strategy shares (torch imported when called: this module is the contract)
+def optimizer_spec(name: str, learning_rate: float) -> tuple[type[torch.optim.Optimizer], dict[str, float]]:
+    """The class and options of ``sgd`` (momentum 0.9) or ``adam``, the optimizers the study compares."""
+    import torch
+
+    if name == "sgd":
+        return torch.optim.SGD, {"lr": learning_rate, "momentum": 0.9}
+    if name == "adam":
+        return torch.optim.Adam, {"lr": learning_rate}
+    raise ValueError(f"unknown optimizer {name!r}, choose from sgd, adam")
+
+
+def build_optimizer(name: str, parameters, learning_rate: float) -> torch.optim.Optimizer:
+    """Every strategy's local optimizer (``optimizer_spec``)."""
+    optimizer_class, options = optimizer_spec(name, learning_rate)
+    return optimizer_class(parameters, **options)
+
+
+def parameters_fingerprint(model: torch.nn.Module, samples: int = 32) -> dict[str, Any]:
+    """The final parameters in summary.json, to compare peers: sha256 of all, ``samples`` evenly spaced values
+    and the norm."""
+    import hashlib
+
+    import torch
+
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters()])
+    indices = torch.linspace(0, flat.numel() - 1, samples).long()
+    return {
+        "final_params_sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
+        "final_params_sample": [float(v) for v in flat[indices]],
+        "final_params_norm": float(flat.norm()),
+    }

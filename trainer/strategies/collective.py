@@ -23,7 +23,7 @@ import torch
 
 from experiment.results import RoundRecord
 from trainer.dilation import dilated
-from trainer.strategies.baseline import parameters_fingerprint
+from trainer.strategies.base import parameters_fingerprint
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

@@ -23,8 +23,7 @@ from typing import Any
 
 import torch
 
-from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer, optimizer_spec
+from trainer.strategies.base import StepOutcome, build_optimizer, optimizer_spec
 from trainer.strategies.collective import CollectiveStrategy
 
 

@@ -27,8 +27,7 @@ import torch
 
 from experiment.variables import DEFAULT_ZERO_STAGE
 from trainer.memory import tensor_bytes
-from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import optimizer_spec, parameters_fingerprint
+from trainer.strategies.base import StepOutcome, optimizer_spec, parameters_fingerprint
 from trainer.strategies.collective import AGREED_EXITS, CollectiveStrategy
 
 

@@ -40,8 +40,7 @@ import torch
 from experiment.results import RoundRecord
 from experiment.variables import DEFAULT_OUTER_LEARNING_RATE, DEFAULT_OUTER_MOMENTUM, DEFAULT_SYNC_EVERY
 from trainer.dilation import dilated
-from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer
+from trainer.strategies.base import StepOutcome, build_optimizer
 from trainer.strategies.collective import CollectiveStrategy
 
 log = logging.getLogger(__name__)

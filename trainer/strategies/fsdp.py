@@ -28,8 +28,7 @@ import torch
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 from trainer import memory
-from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
+from trainer.strategies.base import StepOutcome, build_optimizer, parameters_fingerprint
 from trainer.strategies.collective import AGREED_EXITS, CollectiveStrategy
 
 

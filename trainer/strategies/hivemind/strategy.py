@@ -4,10 +4,10 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
 
 - setup: joins the run's DHT (``--listen``, ``--initial-peers``; unreachable peers are retried for a bounded
   time, then ConnectionError), the bootstrap peer writes ``multiaddrs.txt``, builds ``hivemind.Optimizer``
-  with the averagers instrumented per round (trainer/hivemind_rounds.py);
+  with the averagers instrumented per round (rounds.py);
 - wait_for_start: loads the collaboration's state when the run is already under way, then the start barrier
-  (trainer/coordination.py). A restarted trainer (``rejoining``: a restart fault or churn, docs/faults.md)
-  first waits until its tracker sees the others' progress, then downloads their state, timed and its bytes
+  (coordination.py). A restarted trainer (``rejoining``: a restart fault or churn, docs/faults.md) first
+  waits until its tracker sees the others' progress, then downloads their state, timed and its bytes
   counted (``strategy_details.rejoin``);
 - step: one ``Optimizer.step``, the time it blocked on averaging, the rounds that finished, global progress;
 - the collective finish: a run ends at an epoch boundary every peer shares. The loop hands its own stop
@@ -43,14 +43,13 @@ from trainer.dilation import (
     patch_module_constants,
     tracker_metadata_expiration,
 )
-from trainer.hivemind_rounds import (
+from trainer.strategies.base import StepOutcome, build_optimizer, parameters_fingerprint
+from trainer.strategies.hivemind.rounds import (
     FINAL_ROUND_WAIT_SECONDS,
     RoundCollector,
     averager_classes,
     check_internals,
 )
-from trainer.strategies.base import StepOutcome
-from trainer.strategies.baseline import build_optimizer, parameters_fingerprint
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -115,8 +114,8 @@ class HivemindStrategy:
         check_internals()
         import hivemind
 
-        from trainer.coordination import STOP_POLL_SECONDS, RunCoordinator
-        from trainer.hivemind_rounds import instrumented_optimizer_class
+        from trainer.strategies.hivemind.coordination import STOP_POLL_SECONDS, RunCoordinator
+        from trainer.strategies.hivemind.rounds import instrumented_optimizer_class
 
         # from here on every duration is this peer's: the modelled one times D (trainer/dilation.py)
         factor = config.time_dilation
