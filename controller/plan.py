@@ -18,6 +18,7 @@ from controller.calibration import CalibrationError, hivemind_model_caveats
 from controller.calibration import load as load_calibration
 from experiment.machine import changed, this_machine
 from experiment.variables import (
+    COMPRESSION_PACKAGES,
     DATA_PARALLEL_FIELDS,
     DATA_PARALLEL_STRATEGIES,
     DEEPSPEED_FIELDS,
@@ -33,6 +34,8 @@ UNSET = "__testbed_unset__"
 # No dots: the experiment id is Hivemind's run id, a DHT key prefix that refuses them.
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 DATASET_MOUNT = "/mnt/datasets"
+#: what the trainer role installs on every host (a compression that needs more is refused before the run)
+NODE_REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements" / "node.txt"
 # Locally the study's 16 vCPUs are shared out among the peers (docs/architecture.md).
 LOCAL_VCPU_BUDGET = 16
 # Cores of this machine left to the local cluster's infrastructure (Ceph, Prometheus, the controller) when the
@@ -184,6 +187,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         )
     if settings["min_peers"] and settings["strategy"] != "hivemind":
         errors.append("min_peers needs strategy hivemind (a data-parallel world has a fixed size)")
+    if "compression" not in invalid:
+        _check_compression(settings, errors)
     if settings["zero_stage"] is not None:
         if settings["strategy"] != "deepspeed":
             errors.append(f"zero_stage needs strategy deepspeed (got strategy={settings['strategy']})")
@@ -379,6 +384,35 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "local_rate_needed": local_rate_needed if not errors else None,
         "trainer_settings": trainer_settings,
     }
+
+
+def _check_compression(settings: dict[str, Any], errors: list[str]) -> None:
+    """Compression is Hivemind's (what its averagers send); one that needs a package the hosts do not
+    install (requirements/node.txt) is refused here, not by every trainer at its start."""
+    compression = settings["compression"]
+    if compression in (None, "none"):
+        return
+    if settings["strategy"] != "hivemind":
+        errors.append(
+            f"compression={compression} needs strategy hivemind (got strategy={settings['strategy']})"
+        )
+    package = COMPRESSION_PACKAGES.get(compression)
+    if package and not _requires(package):
+        errors.append(
+            f"compression={compression} needs {package}, which the hosts do not install: add it to "
+            f"requirements/node.txt (pinned) or pick another compression"
+        )
+
+
+def _requires(package: str) -> bool:
+    """Whether requirements/node.txt names ``package``."""
+    names = (
+        re.split(r"[<>=!~;\[ ]", line.strip(), maxsplit=1)[0]
+        for line in NODE_REQUIREMENTS.read_text().splitlines()
+    )
+    return package.lower() in (
+        name.lower().replace("_", "-") for name in names if name and not name.startswith("#")
+    )
 
 
 def _lighthouse_host(

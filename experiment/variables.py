@@ -37,6 +37,11 @@ STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
 PREPROCESSING = ("decode", "cached")
 DHT_BOOTSTRAPS = ("peer", "monitor")
+#: what Hivemind compresses on the wire (hivemind.compression): none, float16 (scaled: per-tensor scale
+#: first), 8-bit uniform or quantile quantization, 8-bit blockwise quantization (needs bitsandbytes)
+COMPRESSIONS = ("none", "fp16", "scaled_fp16", "uint8", "quantile8", "blockwise8")
+#: the compressions that need a package the hosts do not install (requirements/node.txt)
+COMPRESSION_PACKAGES = {"blockwise8": "bitsandbytes"}
 #: the words time_dilation takes besides a factor >= 1
 DILATION_WORDS = ("auto", "off")
 
@@ -137,6 +142,14 @@ VARIABLES: tuple[Variable, ...] = (
         "int",
         1,
         "Hivemind: average parameters every N epochs",
+        (HIVEMIND,),
+        defines_setting=True,
+    ),
+    Variable(
+        "compression",
+        COMPRESSIONS,
+        "none",
+        "Hivemind: how the averaged gradients, parameters and downloaded state are compressed on the wire",
         (HIVEMIND,),
         defines_setting=True,
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import ipaddress
 import json
 import math
@@ -23,6 +24,8 @@ import yaml
 
 # the allowed values, from the experiment's one definition
 from experiment.variables import (
+    COMPRESSION_PACKAGES,
+    COMPRESSIONS,
     DATA_PARALLEL_STRATEGIES,
     DATASETS,
     DILOCO_FIELDS,
@@ -113,6 +116,8 @@ class RunConfig:
         this many epochs (Hivemind's default 1). Without local updates the gradients are averaged every epoch
         anyway and this round is a safeguard against drift that runs in the background, on the peer's cores
         (docs/study-scale.md); with local updates it is how the peers agree
+    :param compression: Hivemind: what its averagers send compressed (gradients, parameters, the state a
+        peer downloads): none, fp16, scaled_fp16, uint8, quantile8, blockwise8 (needs bitsandbytes)
     :param averaging_timeout: Hivemind: seconds after which an averaging round is abandoned
     :param listen: Hivemind: multiaddr the DHT/p2pd listens on
     :param initial_peers: Hivemind: multiaddrs (with /p2p/ id) of peers to join; none: this is the bootstrap
@@ -180,6 +185,9 @@ class RunConfig:
     average_state_every: int = field(
         default=1,
         metadata=_opt("Hivemind: average parameters and optimizer state every N epochs", metavar="N"),
+    )
+    compression: str = field(
+        default="none", metadata=_opt("Hivemind: " + " | ".join(COMPRESSIONS) + " (what the averagers send)")
     )
     averaging_timeout: float = field(default=60.0, metadata=_opt("Hivemind: averaging round timeout (s)"))
     listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))
@@ -294,6 +302,16 @@ class RunConfig:
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("preprocessing", self.preprocessing, PREPROCESSING)
+        _choice("compression", self.compression, COMPRESSIONS)
+        if self.compression != "none" and self.strategy != "hivemind":
+            raise ConfigError(
+                "only strategy hivemind compresses what it averages", "compression", self.compression
+            )
+        package = COMPRESSION_PACKAGES.get(self.compression)
+        if package and importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                f"needs {package}, which is not installed here", "compression", self.compression
+            )
         _at_least("batch_size", self.batch_size, 1)
         if not self.learning_rate > 0:
             raise ConfigError("learning rate must be positive", "learning_rate", self.learning_rate)

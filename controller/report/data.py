@@ -137,7 +137,8 @@ class Experiment:
             else ""
         )
         churn = " churn" if s.get("churn") else ""
-        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}{timeouts}{churn}"
+        compression = f" {s['compression']}" if s.get("compression") not in (None, "none") else ""
+        return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}{timeouts}{compression}{churn}"
 
     def data_pipeline(self) -> tuple[str, int]:
         """(an image folder's preprocessing, "" for in-memory datasets; DataLoader workers)."""

@@ -40,6 +40,23 @@ HIVEMIND_COMPUTE_KNOB = (
     "docs/study-scale.md)"
 )
 
+#: added to a communication-bound Hivemind run's knob while it sent uncompressed (compression, issue #55)
+HIVEMIND_COMMUNICATION_KNOB = "; compression (compression=fp16 sends half the bytes, uint8 about a quarter)"
+
+
+def _knob(bound: str, e: Experiment) -> str:
+    """What to change, for a run bound by ``bound``; Hivemind runs get their own knobs too."""
+    knob = KNOBS[bound]
+    if bound == "compute" and _averages_gradients(e):
+        knob += HIVEMIND_COMPUTE_KNOB
+    if (
+        bound == "communication"
+        and e.strategy == "hivemind"
+        and e.settings.get("compression") in (None, "none")
+    ):
+        knob += HIVEMIND_COMMUNICATION_KNOB
+    return knob
+
 
 def split_averaging(e: Experiment) -> tuple[float, float]:
     """Seconds the steps of all peers waited in all-reduce and in coordination (the rest of the wait).
@@ -95,8 +112,7 @@ def diagnose(e: Experiment, breakdown: dict[str, Any], peers: list[dict[str, Any
         "bound": bound,
         **{f"{part}_share": share for part, share in shares.items()},
         "evidence": "; ".join(evidence),
-        "knob": KNOBS[bound]
-        + (HIVEMIND_COMPUTE_KNOB if bound == "compute" and _averages_gradients(e) else ""),
+        "knob": _knob(bound, e),
     }
 
 

@@ -43,6 +43,15 @@ def _load_validation():
         ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
         ({"dht_bootstrap": "laptop"}, "dht_bootstrap must be one of peer|monitor (got 'laptop')"),
         (
+            {"compression": "zip"},
+            "compression must be one of none|fp16|scaled_fp16|uint8|quantile8|blockwise8 (got 'zip')",
+        ),
+        (
+            {"compression": "blockwise8"},
+            "compression=blockwise8 needs bitsandbytes, which the hosts do not install: add it to "
+            "requirements/node.txt (pinned) or pick another compression",
+        ),
+        (
             {"strategy": "ddp", "peers": 2, "dht_bootstrap": "monitor"},
             "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
         ),
@@ -248,6 +257,17 @@ def test_deepspeeds_stage_reaches_its_ranks_only():
     assert result["errors"] == [] and result["trainer_settings"]["zero_stage"] == 3
     ddp = validation.testbed_experiment({"peers": "2", "strategy": "ddp"}, _local_inventory(2))
     assert "zero_stage" not in ddp["trainer_settings"]
+
+
+def test_compression_reaches_hivemind_peers_only():
+    """compression is handed to the Hivemind peers as the trainer flag; another strategy refuses it."""
+    validation = _load_validation()
+    hivemind = validation.testbed_experiment({"peers": "2", "compression": "fp16"}, _local_inventory(2))
+    assert hivemind["errors"] == [] and hivemind["trainer_settings"]["compression"] == "fp16"
+    ddp = validation.testbed_experiment(
+        {"peers": "2", "strategy": "ddp", "compression": "uint8"}, _local_inventory(2)
+    )
+    assert ddp["errors"] == ["compression=uint8 needs strategy hivemind (got strategy=ddp)"]
 
 
 def test_a_dht_node_on_the_monitor_host_needs_one():

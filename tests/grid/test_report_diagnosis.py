@@ -122,6 +122,14 @@ def test_the_compute_knob_names_parameter_rounds_only_for_hivemind_averaging_gra
     assert row["bound"] == "compute" and "average_state_every" not in row["knob"]
 
 
+def test_the_communication_knob_names_compression_while_a_hivemind_run_sent_uncompressed(diagnosis):
+    assert "compression=fp16" in diagnosis["communication"]["knob"]
+    peers = [_peer(f"peer-0{i}", 0.01, 0.1, 0.4, 1.4) for i in (1, 2)]
+    compressed = analyse([_run("fp16", peers, compression="fp16")], target_loss=None, bandwidth=None)
+    [row] = compressed.tables["diagnosis"].rows
+    assert row["bound"] == "communication" and "compression" not in row["knob"], row
+
+
 def test_evidence_gives_the_shares(diagnosis):
     row = diagnosis["communication"]
     step = 0.01 + 0.1 + 0.4

@@ -101,6 +101,12 @@ BAD_INPUTS = [
     (["--listen", "/ip4/0.0.0.0/tcp/99999"], "port out of range"),
     (["--expected-peers", "0"], "expected_peers=0"),
     (["--average-state-every", "0"], "average_state_every=0"),
+    (["--strategy", "hivemind", "--compression", "zip"], "unknown compression, choose from none, fp16"),
+    (["--compression", "fp16"], "only strategy hivemind compresses what it averages (compression=fp16)"),
+    (
+        ["--strategy", "hivemind", "--compression", "blockwise8"],
+        "needs bitsandbytes, which is not installed here (compression=blockwise8)",
+    ),
     (["--start-timeout", "0"], "start_timeout=0"),
     (["--peer-id", "a b"], "peer_id=a b"),
     (["--run-id", "lr0.01"], "run_id=lr0.01"),

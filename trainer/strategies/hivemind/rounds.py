@@ -122,6 +122,10 @@ KEYWORDS = {
         "average_state_every",
         "target_batch_size",
         "batch_size_per_step",
+        # compression (strategy.py compression_options)
+        "grad_compression",
+        "state_averaging_compression",
+        "load_state_compression",
         # time dilation (trainer/dilation.py)
         "next_chunk_timeout",
         "load_state_timeout",

@@ -146,6 +146,7 @@ class HivemindStrategy:
             matchmaking_time=config.matchmaking_time,
             average_state_every=config.average_state_every,
             averaging_timeout=config.averaging_timeout,
+            **compression_options(config.compression),
             grad_averager_factory=None if config.local_updates else gradient_averager(grad_averager, factor),
             tracker_opts=tracker_options(config.matchmaking_time, factor),
             verbose=False,
@@ -415,6 +416,36 @@ class HivemindStrategy:
         if self.optimizer is None:
             raise RuntimeError("HivemindStrategy.setup(model, config, on_round) must be called first")
         return self.optimizer
+
+
+#: ``compression`` (experiment/variables.py COMPRESSIONS) -> the hivemind.compression class
+COMPRESSION_CLASSES = {
+    "none": "NoCompression",
+    "fp16": "Float16Compression",
+    "scaled_fp16": "ScaledFloat16Compression",
+    "uint8": "Uniform8BitQuantization",
+    "quantile8": "Quantile8BitQuantization",
+    "blockwise8": "BlockwiseQuantization",
+}
+
+
+def compression_options(name: str) -> dict[str, Any]:
+    """``hivemind.Optimizer`` keyword arguments: one compression for all it sends, the gradients (their
+    averager), the parameters and optimizer state (the state averager) and the state a peer downloads.
+
+    >>> sorted(compression_options("fp16"))
+    ['grad_compression', 'load_state_compression', 'state_averaging_compression']
+    >>> type(compression_options("uint8")["grad_compression"]).__name__
+    'Uniform8BitQuantization'
+    """
+    import hivemind.compression
+
+    compression = getattr(hivemind.compression, COMPRESSION_CLASSES[name])()
+    return {
+        "grad_compression": compression,
+        "state_averaging_compression": compression,
+        "load_state_compression": compression,
+    }
 
 
 # ---------------------------------------------------------------------- DHT
