@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from experiment.record import write_experiment  # noqa: E402
 from experiment.results import read_summary  # noqa: E402
 
 STRATEGIES = ("decode", "cached")
@@ -49,14 +50,9 @@ def run_one(args: argparse.Namespace, strategy: str, workers: int) -> Path:
     settings = {"strategy": "baseline", "peers": 1, "model": args.model, "dataset": "imagefolder",
                 "batch_size": args.batch_size, "learning_rate": 0.01, "max_steps": args.steps,
                 "vcpus": args.vcpus, "data_workers": workers, "preprocessing": strategy}  # fmt: skip
-    document = {
-        "experiment_id": name,
-        "strategy": "baseline",
-        "peers": 1,
-        "settings": settings,
-        "complete": True,
-    }
-    (experiment / "experiment.json").write_text(json.dumps(document, indent=2) + "\n")
+    write_experiment(
+        experiment, experiment_id=name, strategy="baseline", peers=1, settings=settings, complete=True
+    )
     return results
 
 

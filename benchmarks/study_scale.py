@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bare_peers import start, stop_all, trainer_command, wait_all, wait_for_multiaddr  # noqa: E402
 from benchmarks.process_census import Sampler, summarise  # noqa: E402
 from controller.report.metrics import scaling_efficiency  # noqa: E402
+from experiment.record import write_experiment  # noqa: E402
 from experiment.results import read_rounds, read_summary  # noqa: E402
 from trainer.calibrate import core_blocks  # noqa: E402
 
@@ -184,9 +185,7 @@ def run_configuration(args: argparse.Namespace, config: Configuration, available
     complete = all(p.returncode == 0 for p in processes) and all(
         (read_summary(directory / n) or {}).get("complete") for n in names
     )
-    (directory / "experiment.json").write_text(
-        json.dumps(experiment_document(args, config, run_id, blocks, complete, started), indent=2) + "\n"
-    )
+    write_experiment(directory, **experiment_document(args, config, run_id, blocks, complete, started))
     return complete
 
 
@@ -198,7 +197,7 @@ def experiment_document(
     complete: bool,
     started: float,
 ) -> dict[str, Any]:
-    """experiment.json as the playbook writes it, with the placement this benchmark chose."""
+    """experiment.json's fields (experiment/record.py), with the placement this benchmark chose."""
     settings = {
         "strategy": config.strategy,
         "peers": config.peers,

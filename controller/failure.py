@@ -12,9 +12,10 @@ naming the host, the play, the task and the cause. Where the run got past valida
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from experiment.record import write_experiment
 
 MESSAGE_CHARS = 400
 
@@ -66,19 +67,15 @@ def write_failure_record(
                 return None
         except (OSError, ValueError):
             pass
-    settings = experiment.get("settings") or {}
-    document = {
-        "experiment_id": experiment.get("experiment_id"),
-        "strategy": settings.get("strategy"),
-        "peers": len(experiment.get("hosts") or []),
-        "settings": settings,
-        "started": experiment.get("started"),
-        "complete": False,
-        "incomplete_reason": failure_message(failures),
-        "failed": failures,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(document, indent=2, default=str) + "\n")
-    partial.replace(path)
-    return path
+    settings = dict(experiment.get("settings") or {})
+    return write_experiment(
+        results_dir,
+        experiment_id=str(experiment.get("experiment_id")),
+        strategy=str(settings.get("strategy")),
+        peers=len(experiment.get("hosts") or []),
+        settings=settings,
+        started=experiment.get("started"),
+        complete=False,
+        incomplete_reason=failure_message(failures),
+        failed=failures,
+    )

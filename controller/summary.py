@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "averaging_seconds")
+from experiment.record import experiment_record
+from experiment.results import COMPONENTS, SUMMARY_FILE, read_summary
+
+#: the step-time components the printed summary shows (the optimizer's own time is the step less the others)
+PRINTED_COMPONENTS = tuple(name for name in COMPONENTS if name != "optimizer_seconds")
 # Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
 FAIR_CPU_SPREAD = 0.10
 # Peers declared equal ran at equal speed when their samples/s over the training loop are within this fraction
@@ -34,18 +37,20 @@ def testbed_read_summaries(results_dir: str, run_dirs: list[str]) -> list[dict[s
     """
     entries = []
     for name in run_dirs:
-        path = Path(results_dir) / name / "summary.json"
-        try:
-            summary = json.loads(path.read_text())
-        except (OSError, ValueError):
-            summary = None
+        summary = read_summary(Path(results_dir) / name)
         if summary is None:
-            entries.append({"peer": name, "complete": False, "problem": f"{name}: no summary.json fetched"})
+            entries.append({"peer": name, "complete": False, "problem": f"{name}: no {SUMMARY_FILE} fetched"})
             continue
         complete = bool(summary.get("complete"))
         problem = "" if complete else f"{name}: exit_reason {summary.get('exit_reason')}"
         entries.append({"peer": name, "complete": complete, "problem": problem, "summary": summary})
     return entries
+
+
+def testbed_experiment_record(document: dict[str, Any]) -> dict[str, Any]:
+    """experiment.json's document (playbooks/report.yml), checked against its schema and put in the schema's
+    order (experiment/record.py): a field the schema does not know, or of another type, fails the run."""
+    return experiment_record(**document)
 
 
 def testbed_host_records(
@@ -232,7 +237,7 @@ def testbed_summary_table(
         if dilation > 1:
             summary = {**summary, **(summary.get("modelled") or {})}
         components = summary.get("components") or {}
-        means = [_number((components.get(name) or {}).get("mean"), 3) for name in COMPONENTS]
+        means = [_number((components.get(name) or {}).get("mean"), 3) for name in PRINTED_COMPONENTS]
         rounds = f"{summary.get('rounds_ok', '-')}/{summary.get('rounds_failed', '-')}"
         rate = _number(summary.get("samples_per_second"), 2)
         cpu = summary.get("cpu_received") or {}

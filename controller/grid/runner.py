@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from controller.grid.spec import Grid, Run
-from controller.grid.status import GridStatus, experiment_complete, read_experiment
+from controller.grid.status import GridStatus, experiment_complete
+from experiment.record import read_experiment
 
 logger = logging.getLogger(__name__)
 
@@ -321,12 +322,12 @@ class GridRunner:
             self.status.update(run, status="complete", message="", **changes)
             return "complete"
         if result.status == "successful":
-            experiment = read_experiment(self.results_dir, run.experiment_id) or {}
+            experiment = read_experiment(self.results_dir / run.experiment_id) or {}
             reason = experiment.get("incomplete_reason") or "experiment.json missing or not complete"
             message = f"playbook succeeded but results are incomplete: {reason}"
         else:
             # the run's own record of its failure (plugins/callback/testbed_run_failure.py), else the log's
-            experiment = read_experiment(self.results_dir, run.experiment_id) or {}
+            experiment = read_experiment(self.results_dir / run.experiment_id) or {}
             recorded = experiment.get("incomplete_reason") if experiment.get("failed") else None
             detail = result.error or recorded or failure_message(result.log)
             message = f"playbook {result.status} (rc {result.rc}): {detail}"

@@ -16,23 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from controller.grid.spec import Grid, Run
+from experiment.record import read_experiment
 
 #: states a run can be in, as recorded in the status file
 STATES = ("pending", "running", "complete", "failed", "interrupted", "skipped")
 
 
-def read_experiment(results_dir: Path, experiment_id: str) -> dict[str, Any] | None:
-    """The experiment's experiment.json, or None when it is missing or unreadable."""
-    try:
-        document = json.loads((results_dir / experiment_id / "experiment.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
 def experiment_complete(results_dir: Path, experiment_id: str) -> bool:
     """True when the experiment playbook recorded complete results for `experiment_id`."""
-    document = read_experiment(results_dir, experiment_id)
+    document = read_experiment(results_dir / experiment_id)
     return bool(document) and is_true(document.get("complete"))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from controller.grid.spec import NOISE_FLOOR_BLOCK
 from controller.grid.status import is_true
+from experiment.record import read_experiment
 from experiment.results import (
     EVAL_COLUMNS,
     ROUND_COLUMNS,
@@ -189,7 +190,7 @@ def load_experiment(path: Path) -> Experiment | None:
     peer_dirs = sorted(p for p in path.iterdir() if p.is_dir() and (p / STEPS_FILE).exists())
     if not peer_dirs:
         return None
-    document = _read_json(path / "experiment.json") or {}
+    document = read_experiment(path) or {}
     configs = [read_config(peer_dir) or {} for peer_dir in peer_dirs]
     settings: dict[str, Any] = {}
     settings.update({key: configs[0][key] for key in SETTING_VARIABLES if key in configs[0]})

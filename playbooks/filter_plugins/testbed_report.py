@@ -1,8 +1,10 @@
-"""A finished run read back, its CPU and speed fairness, its summary: filters from controller/summary.py."""
+"""A finished run read back, its CPU and speed fairness, its summary: filters from controller/summary.py; its
+record checked against experiment.json's schema (experiment/record.py)."""
 
 from controller.summary import (
     testbed_clock_check,
     testbed_cpu_fairness,
+    testbed_experiment_record,
     testbed_host_records,
     testbed_read_summaries,
     testbed_speed_fairness,
@@ -19,4 +21,5 @@ class FilterModule:
             "testbed_speed_fairness": testbed_speed_fairness,
             "testbed_summary_table": testbed_summary_table,
             "testbed_clock_check": testbed_clock_check,
+            "testbed_experiment_record": testbed_experiment_record,
         }

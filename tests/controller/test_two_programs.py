@@ -84,6 +84,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.reuse",
         "controller.failure",
         "experiment.machine",
+        "experiment.record",
     ],
 )
 def test_docstring_examples(name):
