@@ -27,6 +27,8 @@ from experiment.variables import (
     HIVEMIND_FIELDS,
     TRAINER_FIELDS,
     ZERO_STAGES,
+    KindError,
+    parse_value,
 )
 from experiment.variables import VARIABLES as DEFINITION
 
@@ -58,53 +60,12 @@ def testbed_variable_names(_: Any = None) -> list[str]:
 
 
 def _parse(name: str, kind: Any, value: Any) -> Any:
-    """Parse one value; raises ValueError with the message for the user."""
-    if kind == "str" and isinstance(value, (list, tuple)):  # e.g. faults given as a JSON list
-        value = ",".join(str(item) for item in value)
-    text = str(value).strip()
-    if kind == "dilation":
-        if text in DILATION_WORDS:
-            return text
-        try:
-            factor = float(text)
-        except ValueError:
-            factor = math.nan
-        if not (math.isfinite(factor) and factor >= 1):
-            raise ValueError(f"{name} must be auto, off or a factor >= 1 (got {text!r})")
-        return factor
-    if isinstance(kind, tuple):
-        if text not in kind:
-            raise ValueError(f"{name} must be one of {'|'.join(kind)} (got {text!r})")
-        return text
-    if kind in ("int", "int0"):
-        if isinstance(value, bool) or not re.fullmatch(r"[+-]?\d+", text):
-            raise ValueError(f"{name} must be an integer (got {text!r})")
-        number = int(text)
-        low = 1 if kind == "int" else 0
-        if number < low:
-            raise ValueError(f"{name} must be >= {low} (got {number})")
-        return number
-    if kind in ("float", "float0"):
-        try:
-            number = float(text)
-        except ValueError:
-            raise ValueError(f"{name} must be a number (got {text!r})") from None
-        if kind == "float0" and math.isfinite(number) and number >= 0:
-            return number
-        if not math.isfinite(number) or number <= 0 or kind == "float0":
-            sign = "a number >= 0" if kind == "float0" else "a positive number"
-            raise ValueError(f"{name} must be {sign} (got {text!r})")
-        return number
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        lowered = text.lower()
-        if lowered in ("true", "yes", "1", "on"):
-            return True
-        if lowered in ("false", "no", "0", "off"):
-            return False
-        raise ValueError(f"{name} must be true or false (got {text!r})")
-    return text
+    """Parse one value given as text (``-e``); raises ValueError with the message for the user (the one kind
+    parser: experiment/variables.py ``parse_value``)."""
+    try:
+        return parse_value(kind, value)
+    except KindError as error:
+        raise ValueError(f"{name} {error}") from None
 
 
 def _parse_all(raw: dict[str, Any], errors: list[str], invalid: set[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ controller's Ansible plugins import it too.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -374,6 +375,96 @@ IMPLIED = {
     "outer_learning_rate": ("diloco", DEFAULT_OUTER_LEARNING_RATE),
     "outer_momentum": ("diloco", DEFAULT_OUTER_MOMENTUM),
 }
+
+
+# ------------------------------------------------------------------------------------------ the kind parser
+class KindError(ValueError):
+    """A value its kind refuses; the message says the rule ("must be ..."), the caller names the variable."""
+
+
+def parse_value(kind: Any, value: Any, *, typed: bool = False) -> Any:
+    """One value of ``kind``, normalised (ints for counts, floats for rates, bools for flags): the one parser
+    behind the playbook's validation (controller/plan.py: values given as text with ``-e``) and the grid's
+    (controller/grid/vars.py, ``typed``: values as YAML gave them, so "32" for a count is refused).
+
+    >>> parse_value("int", "8"), parse_value("float", 1, typed=True), parse_value("bool", "yes")
+    (8, 1.0, True)
+    >>> parse_value("int", 0)
+    Traceback (most recent call last):
+    ...
+    experiment.variables.KindError: must be >= 1 (got 0)
+    >>> parse_value("int", "32", typed=True)
+    Traceback (most recent call last):
+    ...
+    experiment.variables.KindError: must be an integer (got '32')
+    """
+    if kind == "str" and isinstance(value, (list, tuple)) and not typed:  # e.g. faults given as a JSON list
+        value = ",".join(str(item) for item in value)
+    text = str(value).strip()
+    shown = repr(value) if typed else repr(text)
+    if typed and kind not in ("str", "dilation") and not isinstance(kind, tuple) and isinstance(value, str):
+        value = None  # a string where YAML gives a number or a bool: refused below, as the grid file wrote it
+    if kind == "dilation":
+        if (value if typed else text) in DILATION_WORDS:
+            return value if typed else text
+        factor = _as_float(value if typed else text)
+        if factor is None or not (math.isfinite(factor) and factor >= 1):
+            raise KindError(f"must be auto, off or a factor >= 1 (got {shown})")
+        return factor
+    if isinstance(kind, tuple):
+        if (value if typed else text) not in kind:
+            raise KindError(f"must be one of {'|'.join(kind)} (got {shown})")
+        return value if typed else text
+    if kind in ("int", "int0"):
+        number = _as_int(value, text, typed)
+        if number is None:
+            raise KindError(f"must be an integer (got {shown})")
+        low = 1 if kind == "int" else 0
+        if number < low:
+            raise KindError(f"must be >= {low} (got {number})")
+        return number
+    if kind in ("float", "float0"):
+        number = _as_float(value if typed else text)
+        if number is None:
+            raise KindError(f"must be a number (got {shown})")
+        if kind == "float0" and math.isfinite(number) and number >= 0:
+            return number
+        if not math.isfinite(number) or number <= 0 or kind == "float0":
+            raise KindError(
+                f"must be {'a number >= 0' if kind == 'float0' else 'a positive number'} (got {shown})"
+            )
+        return number
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if not typed:
+            if text.lower() in ("true", "yes", "1", "on"):
+                return True
+            if text.lower() in ("false", "no", "0", "off"):
+                return False
+        raise KindError(f"must be true or false (got {shown})")
+    if typed and (not isinstance(value, str) or not value):
+        raise KindError(f"must be a non-empty string (got {shown})")
+    return value if typed else text
+
+
+def _as_int(value: Any, text: str, typed: bool) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if typed:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value if isinstance(value, int) else None
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def setting_identity(settings: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -8,10 +8,9 @@ always hash to the same experiment id.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from experiment.variables import DILATION_WORDS, VARIABLES
+from experiment.variables import VARIABLES, KindError, parse_value
 
 #: variables the grid runner sets itself (id from the settings and repeat, force for retries, results_root
 #: from --results-dir); a grid file must not set them
@@ -27,48 +26,12 @@ class VarError(ValueError):
     """A value the experiment playbook would refuse."""
 
 
-def _integer(value: Any, minimum: int) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise VarError(f"must be an integer >= {minimum} (got {value!r})")
-    return value
-
-
-def _positive_number(value: Any) -> float:
-    valid = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not valid or not value > 0:
-        raise VarError(f"must be a number > 0 (got {value!r})")
-    return float(value)
-
-
 def _check(kind: Any, value: Any) -> Any:
-    if isinstance(kind, tuple):
-        if value not in kind:
-            raise VarError(f"must be one of {', '.join(kind)} (got {value!r})")
-        return value
-    if kind in ("int", "int0"):
-        return _integer(value, 1 if kind == "int" else 0)
-    if kind == "float":
-        return _positive_number(value)
-    if kind == "float0":
-        if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
-            return 0.0
-        return _positive_number(value)
-    if kind == "dilation":
-        if value in DILATION_WORDS:
-            return value
-        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if number and value >= 1:
-            return float(value)
-        raise VarError(f"must be auto, off or a factor >= 1 (got {value!r})")
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise VarError(f"must be true or false (got {value!r})")
-        return value
-    if not isinstance(value, str) or not value:
-        raise VarError(f"must be a non-empty string (got {value!r})")
-    return value
+    """The playbook's own parser (experiment/variables.py ``parse_value``), on values as YAML gave them."""
+    try:
+        return parse_value(kind, value, typed=True)
+    except KindError as error:
+        raise VarError(str(error)) from None
 
 
 def check_name(name: str) -> None:
