@@ -29,6 +29,7 @@ from experiment.variables import (
     ZERO_STAGES,
     KindError,
     parse_value,
+    rule_problems,
 )
 from experiment.variables import VARIABLES as DEFINITION
 
@@ -173,8 +174,11 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             errors.append("dht_bootstrap=monitor but the inventory has no host in group monitor")
         else:
             dht_host = monitors[0]
-    if settings["dataset"] in ("cifar10", "imagefolder") and not settings["data_root"]:
-        errors.append(f"dataset={settings['dataset']} needs data_root (a directory under {DATASET_MOUNT})")
+    for name, problem in rule_problems(settings):
+        if name not in invalid and not (name == "sync_every" and "max_steps" in invalid):
+            errors.append(
+                f"{problem} (a directory under {DATASET_MOUNT})" if name == "data_root" else problem
+            )
 
     if settings["dataset_storage"] is None:
         settings["dataset_storage"] = "cephfs"
@@ -386,9 +390,9 @@ def _lighthouse_host(
     >>> errors = []
     >>> _lighthouse_host({"strategy": "diloco", "sync_every": 10, "max_steps": 100}, inv, set(), errors)
     'monitor'
-    >>> _lighthouse_host({"strategy": "diloco", "sync_every": 200, "max_steps": 100}, {}, set(), errors)
+    >>> _lighthouse_host({"strategy": "diloco", "outer_momentum": 1.0}, {}, set(), errors)
     >>> errors
-    ['sync_every=200 exceeds max_steps=100: the peers would never sync', \
+    ['outer_momentum must be below 1 (got 1)', \
 "strategy=diloco needs torchft's Lighthouse on a host in group monitor, and the inventory has none"]
     """
     strategy = settings["strategy"]
@@ -397,11 +401,6 @@ def _lighthouse_host(
             if settings.get(name) is not None:
                 errors.append(f"{name} needs strategy diloco (got strategy={strategy})")
         return None
-    sync_every = settings.get("sync_every")
-    if sync_every is not None and "max_steps" not in invalid and sync_every > settings["max_steps"]:
-        errors.append(
-            f"sync_every={sync_every} exceeds max_steps={settings['max_steps']}: the peers would never sync"
-        )
     momentum = settings.get("outer_momentum")
     if momentum is not None and momentum >= 1:
         errors.append(f"outer_momentum must be below 1 (got {momentum:g})")

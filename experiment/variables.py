@@ -38,6 +38,8 @@ STORAGES = ("cephfs", "local", "nfs")
 OPTIMIZERS = ("sgd", "adam")
 PREPROCESSING = ("decode", "cached")
 DHT_BOOTSTRAPS = ("peer", "monitor")
+#: datasets a run must be given the directory of (synthetic is made up; Debian installs fashion-mnist's)
+DATASETS_NEEDING_ROOT = ("cifar10", "imagefolder")
 #: what Hivemind compresses on the wire (hivemind.compression): none, float16 (scaled: per-tensor scale
 #: first), 8-bit uniform or quantile quantization, 8-bit blockwise quantization (needs bitsandbytes)
 COMPRESSIONS = ("none", "fp16", "scaled_fp16", "uint8", "quantile8", "blockwise8")
@@ -375,6 +377,26 @@ IMPLIED = {
     "outer_learning_rate": ("diloco", DEFAULT_OUTER_LEARNING_RATE),
     "outer_momentum": ("diloco", DEFAULT_OUTER_MOMENTUM),
 }
+
+
+def rule_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
+    """The rules between variables, written once for the playbook (controller/plan.py), the grid
+    (controller/grid/vars.py) and the trainer (trainer/config.py): (the variable, what is wrong) for each
+    rule ``settings`` breaks.
+
+    >>> rule_problems({"dataset": "cifar10", "strategy": "diloco", "sync_every": 200, "max_steps": 100})
+    [('data_root', 'dataset=cifar10 needs data_root'), \
+('sync_every', 'sync_every=200 exceeds max_steps=100: the peers would never sync')]
+    """
+    problems = []
+    if settings.get("dataset") in DATASETS_NEEDING_ROOT and not settings.get("data_root"):
+        problems.append(("data_root", f"dataset={settings['dataset']} needs data_root"))
+    every, steps = settings.get("sync_every"), settings.get("max_steps")
+    if every is not None and steps is not None and every > steps:
+        problems.append(
+            ("sync_every", f"sync_every={every} exceeds max_steps={steps}: the peers would never sync")
+        )
+    return problems
 
 
 # ------------------------------------------------------------------------------------------ the kind parser

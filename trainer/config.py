@@ -34,6 +34,7 @@ from experiment.variables import (
     PREPROCESSING,
     STRATEGIES,
     ZERO_STAGES,
+    rule_problems,
 )
 
 DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
@@ -379,12 +380,7 @@ class RunConfig:
             return
         if self.sync_every is not None:
             _at_least("sync_every", self.sync_every, 1)
-            if self.sync_every > self.max_steps:
-                raise ConfigError(
-                    f"more than max_steps = {self.max_steps}: the peers would never sync",
-                    "sync_every",
-                    self.sync_every,
-                )
+            self._check_rules("sync_every")
         if self.outer_learning_rate is not None and not (
             math.isfinite(self.outer_learning_rate) and self.outer_learning_rate > 0
         ):
@@ -395,12 +391,17 @@ class RunConfig:
             raise ConfigError("strategy diloco needs the Lighthouse's HOST:PORT", "lighthouse", None)
         check_rendezvous(self.lighthouse, field_name="lighthouse")
 
+    def _check_rules(self, name: str) -> None:
+        """The rules between variables the playbook and the grid check too (experiment/variables.py)."""
+        for field_name, problem in rule_problems(dataclasses.asdict(self)):
+            if field_name == name:
+                raise ConfigError(problem, field_name, getattr(self, field_name))
+
     def _check_data_root(self) -> None:
         if self.dataset == "synthetic":
             return
+        self._check_rules("data_root")
         root = self.resolved_data_root
-        if root is None:
-            raise ConfigError(f"dataset {self.dataset} needs --data-root", "data_root", None)
         if not Path(root).is_dir():
             raise ConfigError(f"data root not found: {root}", "data_root", root)
 

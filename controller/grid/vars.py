@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiment.variables import VARIABLES, KindError, parse_value
+from experiment.variables import VARIABLES, KindError, parse_value, rule_problems
 
 #: variables the grid runner sets itself (id from the settings and repeat, force for retries, results_root
 #: from --results-dir); a grid file must not set them
@@ -50,5 +50,5 @@ def check_var(name: str, value: Any) -> Any:
 
 def check_settings(settings: dict[str, Any]) -> None:
     """Rules between variables (after each value passed `check_var`), as the playbook applies them."""
-    if settings.get("dataset") in ("cifar10", "imagefolder") and not settings.get("data_root"):
-        raise VarError(f"dataset={settings['dataset']} needs data_root (a directory under /mnt/datasets)")
+    for _, problem in rule_problems(settings):
+        raise VarError(problem)

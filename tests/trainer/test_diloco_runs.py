@@ -156,5 +156,5 @@ def test_diloco_without_a_lighthouse_is_refused(tmp_path):
         cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert rare.returncode == 2
-    assert "more than max_steps = 5: the peers would never sync (sync_every=10)" in rare.stderr
+    assert "sync_every=10 exceeds max_steps=5: the peers would never sync (sync_every=10)" in rare.stderr
     assert not (tmp_path / "r" / "steps.csv").exists()
