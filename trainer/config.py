@@ -24,16 +24,15 @@ import yaml
 
 # the allowed values, from the experiment's one definition
 from experiment.variables import (
+    BY_NAME,
     COMPRESSION_PACKAGES,
-    COMPRESSIONS,
     DATA_PARALLEL_STRATEGIES,
-    DATASETS,
     DILOCO_FIELDS,
-    MODELS,
-    OPTIMIZERS,
-    PREPROCESSING,
     STRATEGIES,
+    VARIABLES,
     ZERO_STAGES,
+    KindError,
+    parse_value,
     rule_problems,
 )
 
@@ -74,6 +73,26 @@ def _show(value: Any) -> str:
 
 def _opt(help_text: str, **extra: Any) -> dict[str, Any]:
     return {"help": help_text, **extra}
+
+
+#: where the trainer's own default differs from the experiment's, and why (a test keeps the others equal)
+TRAINER_DEFAULTS = {
+    # a trainer started by hand needs no dataset on disk; the experiment trains on the study's
+    "dataset": "synthetic",
+}
+
+
+#: RunConfig fields the experiment playbook hands over (Variable.trainers): defined in experiment/variables.py
+SHARED_FIELDS = tuple(variable.name for variable in VARIABLES if variable.trainers)
+
+
+def _shared(name: str, **extra: Any) -> Any:
+    """A setting the experiment playbook hands to the trainer as this flag: its default and help come from
+    the experiment's one definition (experiment/variables.py), its allowed values into the help."""
+    variable = BY_NAME[name]
+    choices = f": {' | '.join(map(str, variable.kind))}" if isinstance(variable.kind, tuple) else ""
+    default = TRAINER_DEFAULTS.get(name, variable.default)
+    return field(default=default, metadata=_opt(variable.meaning + choices, shared=True, **extra))
 
 
 @dataclass(kw_only=True)
@@ -151,28 +170,24 @@ class RunConfig:
     """
 
     strategy: str = field(default="baseline", metadata=_opt(" | ".join(s for s in STRATEGIES if s != "solo")))
-    model: str = field(default="resnet18", metadata=_opt("resnet18 | smallcnn"))
-    dataset: str = field(
-        default="synthetic", metadata=_opt("synthetic | fashion-mnist | cifar10 | imagefolder")
-    )
+    model: str = _shared("model")
+    dataset: str = _shared("dataset")
     data_root: str | None = field(default=None, metadata=_opt("dataset directory", metavar="PATH"))
-    batch_size: int = field(default=32, metadata=_opt("samples per local step"))
-    learning_rate: float = field(default=0.01, metadata=_opt("learning rate"))
-    optimizer: str = field(default="sgd", metadata=_opt("sgd | adam"))
-    max_steps: int = field(default=1000, metadata=_opt("local steps before this peer stops"))
-    seed: int = field(default=0, metadata=_opt("random seed"))
+    batch_size: int = _shared("batch_size")
+    learning_rate: float = _shared("learning_rate")
+    optimizer: str = _shared("optimizer")
+    max_steps: int = _shared("max_steps")
+    seed: int = _shared("seed")
     vcpus: int | None = field(default=None, metadata=_opt("torch threads (default: torch's)"))
-    data_workers: int = field(default=0, metadata=_opt("DataLoader worker processes"))
-    preprocessing: str = field(
-        default="decode", metadata=_opt("imagefolder: decode each image per step, or cached once")
-    )
+    data_workers: int = _shared("data_workers")
+    preprocessing: str = _shared("preprocessing")
     cache_dir: str = field(
         default="/var/tmp/testbed-cache",
         metadata=_opt("where --preprocessing cached keeps arrays", metavar="DIR"),
     )
-    target_loss: float | None = field(default=None, metadata=_opt("stop when the training loss reaches this"))
-    eval_every: int = field(default=0, metadata=_opt("validate every K steps (0: never)", metavar="K"))
-    eval_batches: int = field(default=0, metadata=_opt("validation batches per evaluation (0: all)"))
+    target_loss: float | None = _shared("target_loss")
+    eval_every: int = _shared("eval_every", metavar="K")
+    eval_batches: int = _shared("eval_batches")
     run_id: str = field(default="local", metadata=_opt("run identifier (metric label run_id)"))
     peer_id: str | None = field(
         default=None, metadata=_opt("peer name (metric label peer; default hostname)")
@@ -180,17 +195,12 @@ class RunConfig:
     results_dir: str = field(default="results", metadata=_opt("results directory", metavar="DIR"))
     metrics_port: int = field(default=0, metadata=_opt("exporter port (0: free port, -1: none)", metavar="P"))
     metrics_address: str = field(default="0.0.0.0", metadata=_opt("exporter bind address"))
-    target_batch_size: int = field(default=4096, metadata=_opt("Hivemind: samples per Hivemind epoch"))
-    local_updates: bool = field(default=False, metadata=_opt("Hivemind: local updates (parameter averaging)"))
-    matchmaking_time: float = field(default=5.0, metadata=_opt("Hivemind: matchmaking seconds"))
-    average_state_every: int = field(
-        default=1,
-        metadata=_opt("Hivemind: average parameters and optimizer state every N epochs", metavar="N"),
-    )
-    compression: str = field(
-        default="none", metadata=_opt("Hivemind: " + " | ".join(COMPRESSIONS) + " (what the averagers send)")
-    )
-    averaging_timeout: float = field(default=60.0, metadata=_opt("Hivemind: averaging round timeout (s)"))
+    target_batch_size: int = _shared("target_batch_size")
+    local_updates: bool = _shared("local_updates")
+    matchmaking_time: float = _shared("matchmaking_time")
+    average_state_every: int = _shared("average_state_every", metavar="N")
+    compression: str = _shared("compression")
+    averaging_timeout: float = _shared("averaging_timeout")
     listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))
     initial_peers: list[str] = field(
         default_factory=list, metadata=_opt("Hivemind: multiaddrs of peers to join", metavar="MULTIADDR")
@@ -203,13 +213,8 @@ class RunConfig:
         default=1, metadata=_opt("Hivemind: peers to wait for before the first step; DDP/ZeRO: world size")
     )
     start_timeout: float = field(default=300.0, metadata=_opt("Hivemind: start barrier timeout (s)"))
-    min_peers: int = field(
-        default=0,
-        metadata=_opt(
-            "Hivemind: when the start barrier times out, start anyway with this many (0: all expected)"
-        ),
-    )
-    finish_grace: float = field(default=30.0, metadata=_opt("Hivemind: seconds to keep serving when done"))
+    min_peers: int = _shared("min_peers")
+    finish_grace: float = _shared("finish_grace")
     time_dilation: float = field(
         default=1.0, metadata=_opt("times slower this peer runs than the machine it models", metavar="D")
     )
@@ -217,16 +222,10 @@ class RunConfig:
     rendezvous: str = field(
         default="127.0.0.1:29500", metadata=_opt("data parallel: rank 0's HOST:PORT", metavar="HOST:PORT")
     )
-    zero_stage: int | None = field(default=None, metadata=_opt("DeepSpeed: ZeRO stage 1 | 2 | 3 (default 2)"))
-    sync_every: int | None = field(
-        default=None, metadata=_opt("DiLoCo: inner steps between syncs, H (default 100)", metavar="H")
-    )
-    outer_learning_rate: float | None = field(
-        default=None, metadata=_opt("DiLoCo: outer Nesterov SGD learning rate (default 0.7)")
-    )
-    outer_momentum: float | None = field(
-        default=None, metadata=_opt("DiLoCo: outer Nesterov SGD momentum (default 0.9)")
-    )
+    zero_stage: int | None = _shared("zero_stage")
+    sync_every: int | None = _shared("sync_every", metavar="H")
+    outer_learning_rate: float | None = _shared("outer_learning_rate")
+    outer_momentum: float | None = _shared("outer_momentum")
     lighthouse: str | None = field(
         default=None, metadata=_opt("DiLoCo: torchft Lighthouse HOST:PORT", metavar="HOST:PORT")
     )
@@ -299,11 +298,7 @@ class RunConfig:
     def validate(self, *, check_paths: bool = True) -> RunConfig:
         """Check every value; raise :class:`ConfigError` on the first that cannot work. Returns self."""
         _choice("strategy", self.strategy, STRATEGIES)
-        _choice("model", self.model, MODELS)
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("preprocessing", self.preprocessing, PREPROCESSING)
-        _choice("compression", self.compression, COMPRESSIONS)
+        self._check_shared()
         if self.compression != "none" and self.strategy != "hivemind":
             raise ConfigError(
                 "only strategy hivemind compresses what it averages", "compression", self.compression
@@ -313,15 +308,6 @@ class RunConfig:
             raise ConfigError(
                 f"needs {package}, which is not installed here", "compression", self.compression
             )
-        _at_least("batch_size", self.batch_size, 1)
-        if not self.learning_rate > 0:
-            raise ConfigError("learning rate must be positive", "learning_rate", self.learning_rate)
-        _at_least("max_steps", self.max_steps, 1)
-        _at_least("data_workers", self.data_workers, 0)
-        _at_least("eval_every", self.eval_every, 0)
-        _at_least("eval_batches", self.eval_batches, 0)
-        if self.target_loss is not None and not self.target_loss > 0:
-            raise ConfigError("target loss must be positive", "target_loss", self.target_loss)
         if self.vcpus is not None:
             host_cpus = os.cpu_count() or 1
             _at_least("vcpus", self.vcpus, 1)
@@ -337,20 +323,15 @@ class RunConfig:
         if "." in self.run_id:
             # Hivemind uses the run id as its DHT key prefix and refuses dots there.
             raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
-        _at_least("target_batch_size", self.target_batch_size, 1)
         _at_least("expected_peers", self.expected_peers, 1)
-        _at_least("average_state_every", self.average_state_every, 1)
         if not 0 <= self.min_peers <= self.expected_peers:
             raise ConfigError(
                 f"min_peers must be 0 (all) .. expected_peers = {self.expected_peers}",
                 "min_peers",
                 self.min_peers,
             )
-        for name in ("matchmaking_time", "averaging_timeout", "start_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError("must be a positive number of seconds", name, getattr(self, name))
-        if not self.finish_grace >= 0:
-            raise ConfigError("must be zero or more seconds", "finish_grace", self.finish_grace)
+        if not self.start_timeout > 0:
+            raise ConfigError("must be a positive number of seconds", "start_timeout", self.start_timeout)
         if not (math.isfinite(self.time_dilation) and self.time_dilation >= 1):
             raise ConfigError("must be a factor >= 1 (1: no dilation)", "time_dilation", self.time_dilation)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
@@ -390,6 +371,21 @@ class RunConfig:
         if not self.lighthouse:
             raise ConfigError("strategy diloco needs the Lighthouse's HOST:PORT", "lighthouse", None)
         check_rendezvous(self.lighthouse, field_name="lighthouse")
+
+    def _check_shared(self) -> None:
+        """The settings the experiment hands to the trainer, checked by their kinds in the experiment's one
+        definition (experiment/variables.py: its kind parser, its allowed values)."""
+        for name in SHARED_FIELDS:
+            value, kind = getattr(self, name), BY_NAME[name].kind
+            if value is None:
+                continue
+            if isinstance(kind, tuple):
+                _choice(name, value, kind)
+                continue
+            try:
+                parse_value(kind, value, typed=True)
+            except KindError as error:
+                raise ConfigError(str(error), name, value) from None
 
     def _check_rules(self, name: str) -> None:
         """The rules between variables the playbook and the grid check too (experiment/variables.py)."""

@@ -168,3 +168,19 @@ def test_cli_exits_2_with_one_line_before_training(tmp_path) -> None:
         ).stderr
     )
     assert not results.exists()
+
+
+def test_the_settings_the_experiment_hands_over_keep_its_defaults_and_words():
+    """Every variable the playbook hands to the trainer as a flag (experiment/variables.py ``trainers``) is a
+    RunConfig field with the definition's default (or a listed reason to differ) and its meaning as help."""
+    import dataclasses
+
+    from experiment.variables import VARIABLES
+    from trainer.config import TRAINER_DEFAULTS
+
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for variable in (v for v in VARIABLES if v.trainers):
+        field = fields[variable.name]
+        assert field.default == TRAINER_DEFAULTS.get(variable.name, variable.default), variable.name
+        assert field.metadata["help"].startswith(variable.meaning), variable.name
+    assert set(TRAINER_DEFAULTS) <= set(fields)
