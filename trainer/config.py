@@ -35,6 +35,7 @@ from experiment.variables import (
     parse_value,
     rule_problems,
 )
+from trainer.dilation import check_factor
 
 DEFAULT_DATA_ROOTS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
@@ -332,8 +333,9 @@ class RunConfig:
             )
         if not self.start_timeout > 0:
             raise ConfigError("must be a positive number of seconds", "start_timeout", self.start_timeout)
-        if not (math.isfinite(self.time_dilation) and self.time_dilation >= 1):
-            raise ConfigError("must be a factor >= 1 (1: no dilation)", "time_dilation", self.time_dilation)
+        problem = check_factor(self.time_dilation)
+        if problem:
+            raise ConfigError(problem, "time_dilation", self.time_dilation)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
         if self.zero_stage is not None:
             if self.strategy != "deepspeed":

@@ -20,11 +20,49 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
 #: RunConfig fields in the modelled machine's seconds
 MODELLED_SECONDS = ("matchmaking_time", "averaging_timeout", "finish_grace")
+
+
+def check_factor(factor: float) -> str | None:
+    """What is wrong with a dilation factor (None: it is one, finite and >= 1; 1: no dilation): the one check
+    the trainer's settings and ``trainer dht`` share."""
+    if not (isinstance(factor, int | float) and math.isfinite(factor) and factor >= 1):
+        return "must be a factor >= 1 (1: no dilation)"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Dilation:
+    """This peer's D, read once from its settings: every wait the trainer itself makes (a strategy's polling,
+    a heartbeat, a bounded wait) goes through ``seconds``; Hivemind's own timers through the functions below.
+
+    >>> Dilation(4.0).seconds(2.5)
+    10.0
+    >>> Dilation(0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: time_dilation must be a factor >= 1 (1: no dilation) (got 0.5)
+    """
+
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        problem = check_factor(self.factor)
+        if problem:
+            raise ValueError(f"time_dilation {problem} (got {self.factor!r})")
+
+    @classmethod
+    def of(cls, config: Any) -> Dilation:
+        return cls(float(config.time_dilation))
+
+    def seconds(self, modelled: float) -> float:
+        """``modelled`` seconds of the machine the run models, in this peer's seconds."""
+        return modelled * self.factor
 
 
 def dilated(config: Any) -> Any:

@@ -39,7 +39,7 @@ import torch
 
 from experiment.results import RoundRecord
 from experiment.variables import DEFAULT_OUTER_LEARNING_RATE, DEFAULT_OUTER_MOMENTUM, DEFAULT_SYNC_EVERY
-from trainer.dilation import dilated
+from trainer.dilation import Dilation, dilated
 from trainer.strategies.base import StepOutcome, build_optimizer
 from trainer.strategies.collective import CollectiveStrategy
 
@@ -155,7 +155,7 @@ class DiLoCoStrategy(CollectiveStrategy):
             replica_id=config.resolved_peer_id,
             port=0,
             hostname=address,
-            heartbeat_interval=datetime.timedelta(seconds=HEARTBEAT_SECONDS * config.time_dilation),
+            heartbeat_interval=datetime.timedelta(seconds=Dilation.of(config).seconds(HEARTBEAT_SECONDS)),
             checkpoint_transport=ClusterTransport(timeout=timeout, num_chunks=0),
             init_sync=False,  # every replica starts from rank 0's parameters (the rendezvous)
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import resource
 import signal
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 from experiment.results import write_json_atomic, write_multiaddrs
 from trainer.config import ConfigError, check_multiaddr
-from trainer.dilation import dht_options
+from trainer.dilation import check_factor, dht_options
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +96,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         check_multiaddr(args.listen, field_name="listen", require_peer_id=False)
-        if not (math.isfinite(args.time_dilation) and args.time_dilation >= 1):
-            raise ConfigError("must be a factor >= 1 (1: no dilation)", "time_dilation", args.time_dilation)
+        problem = check_factor(args.time_dilation)
+        if problem:
+            raise ConfigError(problem, "time_dilation", args.time_dilation)
     except ConfigError as exc:
         print(f"trainer: error: dht: {exc}", file=sys.stderr)
         return 2

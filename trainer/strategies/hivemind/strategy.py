@@ -36,6 +36,7 @@ import torch
 
 from experiment.results import COMPLETE_EXIT_REASONS, RoundRecord, write_multiaddrs
 from trainer.dilation import (
+    Dilation,
     dht_options,
     dilated,
     gradient_averager,
@@ -105,7 +106,8 @@ class HivemindStrategy:
         self._own_deadline: float | None = None  # bound on training on after request_stop
         self._stop_reason: str | None = None
         self._details: dict[str, Any] = {}
-        #: the strategy's own waits, in this peer's seconds (dilated in setup: trainer/dilation.py)
+        #: this peer's D (from its settings, in setup) and the strategy's own waits, in this peer's seconds
+        self.dilation = Dilation()
         self._waits = {"tracker_sync": TRACKER_SYNC_SECONDS, "stop_read": STOP_READ_SECONDS}
 
     # ------------------------------------------------------------------ setup
@@ -118,7 +120,8 @@ class HivemindStrategy:
         from trainer.strategies.hivemind.rounds import instrumented_optimizer_class
 
         # from here on every duration is this peer's: the modelled one times D (trainer/dilation.py)
-        factor = config.time_dilation
+        self.dilation = dilation = Dilation.of(config)
+        factor = dilation.factor
         config = dilated(config)
         self.config, self.model, self._on_round = config, model, on_round
         self.collector.hold_seconds = 2 * config.averaging_timeout
@@ -152,15 +155,18 @@ class HivemindStrategy:
             verbose=False,
             **optimizer_options(factor, config.matchmaking_time),
         )
-        self.optimizer.final_round_wait = FINAL_ROUND_WAIT_SECONDS * factor
+        self.optimizer.final_round_wait = dilation.seconds(FINAL_ROUND_WAIT_SECONDS)
         self.coordinator = RunCoordinator(
             self.dht,
             config.run_id,
             config.resolved_peer_id,
             expected_peers=config.expected_peers,
-            stop_poll_interval=STOP_POLL_SECONDS * factor,
+            stop_poll_interval=dilation.seconds(STOP_POLL_SECONDS),
         )
-        self._waits = {"tracker_sync": TRACKER_SYNC_SECONDS * factor, "stop_read": STOP_READ_SECONDS * factor}
+        self._waits = {
+            "tracker_sync": dilation.seconds(TRACKER_SYNC_SECONDS),
+            "stop_read": dilation.seconds(STOP_READ_SECONDS),
+        }
         self.optimizer.read_stop_epoch = self._read_stop_epoch
         self.optimizer.others_done = self.coordinator.others_done
         self._remember_processes()
@@ -194,9 +200,9 @@ class HivemindStrategy:
         """A restarted peer: wait (bounded) until its tracker sees the others' epoch, then load the state."""
         from trainer import netcounters
 
-        optimizer, config = self._ready(), self.config
+        optimizer = self._ready()
         waited_since = time.monotonic()
-        deadline = waited_since + REJOIN_PROGRESS_SECONDS * config.time_dilation
+        deadline = waited_since + self.dilation.seconds(REJOIN_PROGRESS_SECONDS)
         while optimizer.tracker.global_epoch <= optimizer.local_epoch and time.monotonic() < deadline:
             time.sleep(0.2)
         progress_wait = time.monotonic() - waited_since
