@@ -39,6 +39,16 @@ def namespace():
         subprocess.run(["ip", "netns", "del", NAMESPACE], check=False)
 
 
+def _agent_in_namespace(faults: list, started: Path, timeline: Path, *, peers: str, timeout: int):
+    """The agent, started in the test's namespace against a unit that does not exist (only the network
+    faults act)."""
+    return subprocess.Popen(
+        ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
+         "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
+         "--peers", peers, "--timeline", str(timeline), "--timeout", str(timeout)],
+    )  # fmt: skip
+
+
 def _release_barrier(path: Path) -> None:
     """What the trainer writes when its start barrier releases (experiment/results.py, started.json)."""
     path.write_text(json.dumps({"barrier_released_at": time.time()}))
@@ -52,11 +62,7 @@ def test_partition_and_slow_link_are_applied_then_healed(namespace, tmp_path):
          "rate_mbit": 20.0},
     ]  # fmt: skip
     started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
-    agent = subprocess.Popen(
-        ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
-         "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
-         "--peers", "10.77.0.2,10.77.0.3", "--timeline", str(timeline), "--timeout", "30"],
-    )  # fmt: skip
+    agent = _agent_in_namespace(faults, started, timeline, peers="10.77.0.2,10.77.0.3", timeout=30)
     try:
         time.sleep(0.3)
         _release_barrier(started)  # the faults' clock starts
@@ -110,11 +116,7 @@ def test_stopped_at_the_end_of_the_run_it_heals_the_fault_under_way_and_skips_th
         {"spec": "pause:h@90s+5s", "kind": "pause", "at_seconds": 90.0, "duration_seconds": 5.0},
     ]  # fmt: skip
     started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
-    agent = subprocess.Popen(
-        ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
-         "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
-         "--peers", "10.77.0.2", "--timeline", str(timeline), "--timeout", "120"],
-    )  # fmt: skip
+    agent = _agent_in_namespace(faults, started, timeline, peers="10.77.0.2", timeout=120)
     try:
         time.sleep(0.3)
         _release_barrier(started)
