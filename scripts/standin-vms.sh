@@ -103,13 +103,17 @@ write_tfvars() {
     host=$(printf 'peer-%02d' "$index")
     entries+=("{\"name\": \"$host\", \"ansible_host\": \"$(standin_address "$host")\", \"cluster_address\": \"$(standin_address "$host")\", \"vcpus\": $vcpus, \"memory_mb\": $memory_mb}")
   done
-  local joined
+  local joined ports
   joined=$(IFS=,; echo "${entries[*]}")
+  # the testbed's ports: the local inventory's testbed_ports, their one list on this machine
+  ports=$(python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))["testbed_ports"]))' \
+    inventories/local/group_vars/all/cluster.yml) || { log "cannot read testbed_ports (needs python3 with PyYAML: the venv)"; exit 1; }
   cat >"$out" <<EOF
 {
   "ssh_user": "$user",
   "cluster_cidr": "$subnet_prefix.0/24",
   "admin_cidrs": ["192.0.2.0/24"],
+  "ports": $ports,
   "peers": [$joined],
   "monitor": {"ansible_host": "$(standin_address monitor)", "cluster_address": "$(standin_address monitor)", "vcpus": $vcpus, "memory_mb": $memory_mb}
 }

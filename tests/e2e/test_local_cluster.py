@@ -390,7 +390,7 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
     cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
-    port = yaml.safe_load(cluster.read_text())["hivemind_port"]
+    port = yaml.safe_load(cluster.read_text())["testbed_ports"]["hivemind"]
     holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # e2e holder"
     done = threading.Event()
 

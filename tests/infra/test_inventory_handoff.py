@@ -11,26 +11,26 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from terraform_harness import INFRA, REPO, ansible_bin
 
 PEERS = 8
 CLUSTER_PREFIX = "10.42.0"
-PORTS = {
-    "trainer_metrics_port": 9410,
-    "hivemind_port": 31337,
-    "node_exporter_port": 9100,
-    "prometheus_port": 9090,
-    "grafana_port": 3000,
-    "data_parallel_port": 29500,
-    "netprobe_port": 5201,
-    "lighthouse_port": 29510,
-}
+# the testbed's ports as the cluster module hands them over (its defaults: the local inventory's list, which
+# tests/infra/test_port_list.py keeps the same as the security group's)
+PORTS = yaml.safe_load((REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml").read_text())[
+    "testbed_ports"
+]
 
 # A root configuration shaped like infra/envs/example's output, with the addresses the cluster module assigns
 # (monitor .10, peer-NN .(100+NN)) and the study's 8x2 split.
 ROOT_CONFIGURATION = """
 variable "peers" {
   type = number
+}
+
+variable "ports" {
+  type = any
 }
 
 module "inventory" {
@@ -52,6 +52,7 @@ module "inventory" {
     memory_mb       = 4096
   }
   cluster_cidr = "PREFIX.0/24"
+  ports        = var.ports
 }
 
 output "ansible_inventory" {
@@ -71,7 +72,8 @@ def rendered_inventory(reattached_terraform, infra_copy, tmp_path_factory) -> Pa
     )
     terraform = reattached_terraform
     terraform.run("init", "-input=false", "-no-color", cwd=root)
-    terraform.run("apply", "-auto-approve", "-input=false", "-no-color", f"-var=peers={PEERS}", cwd=root)
+    terraform.run("apply", "-auto-approve", "-input=false", "-no-color", f"-var=peers={PEERS}",
+                  f"-var=ports={json.dumps(PORTS)}", cwd=root)
 
     inventory = tmp_path_factory.mktemp("inventories") / "opennebula"
     shutil.copytree(REPO / "inventories" / "opennebula" / "group_vars", inventory / "group_vars")
@@ -126,7 +128,7 @@ def test_ansible_loads_groups_hosts_and_vars(rendered_inventory):
         host = hostvars[name]
         assert host["ansible_host"] == host["cluster_address"] == f"{CLUSTER_PREFIX}.{100 + n}"
         assert (host["vcpus"], host["memory_mb"]) == (2, 4096)
-        assert {key: host[key] for key in PORTS} == PORTS
+        assert host["testbed_ports"] == PORTS
         assert host["ansible_user"] == "root"
         assert host["testbed_local_cluster"] is False  # from group_vars/all
         assert host["testbed_cluster_cidr"] == f"{CLUSTER_PREFIX}.0/24"

@@ -6,11 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from monitoring_support import render_prometheus, write_inventory
+from monitoring_support import PORTS, render_prometheus, write_inventory
 
 PEERS = {
     "peer-01": {"cluster_address": "10.89.64.101"},
-    "peer-02": {"cluster_address": "10.89.64.102", "trainer_metrics_port": 9411},
+    "peer-02": {"cluster_address": "10.89.64.102", "testbed_ports": {**PORTS, "trainer_metrics": 9411}},
 }
 MONITOR = {"cluster_address": "10.89.64.10"}
 

@@ -16,14 +16,21 @@ RENDER_PLAYBOOK = Path(__file__).with_name("render.yml")
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
 
+# the testbed's ports, from their one list (a host given its own testbed_ports overrides them)
+PORTS = yaml.safe_load((REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml").read_text())[
+    "testbed_ports"
+]
+
+
 def write_inventory(path: Path, peers: dict[str, dict], monitor: dict) -> Path:
     """An inventory of the project's shape: groups peers and monitor, per-host cluster_address and ports."""
     inventory = {
         "all": {
+            "vars": {"testbed_ports": PORTS},
             "children": {
                 "peers": {"hosts": peers},
                 "monitor": {"hosts": {"monitor": monitor}},
-            }
+            },
         }
     }
     path.write_text(yaml.safe_dump(inventory))

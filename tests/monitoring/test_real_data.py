@@ -23,7 +23,14 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 
 import pytest
-from monitoring_support import load_dashboards, panel_queries, render_prometheus, substitute, write_inventory
+from monitoring_support import (
+    PORTS,
+    load_dashboards,
+    panel_queries,
+    render_prometheus,
+    substitute,
+    write_inventory,
+)
 
 from experiment.results import read_rounds
 
@@ -121,12 +128,11 @@ def scraped_run(tmp_path_factory):
     peers = {
         peer: {
             "cluster_address": "127.0.0.1",
-            "trainer_metrics_port": ports[peer],
-            "node_exporter_port": ports["node"],
+            "testbed_ports": {**PORTS, "trainer_metrics": ports[peer], "node_exporter": ports["node"]},
         }
         for peer in ("peer-01", "peer-02")
     }
-    monitor = {"cluster_address": "127.0.0.1", "node_exporter_port": ports["node"]}
+    monitor = {"cluster_address": "127.0.0.1", "testbed_ports": {**PORTS, "node_exporter": ports["node"]}}
     inventory = write_inventory(work / "inventory.yml", peers, monitor)
     config, _rules = render_prometheus(
         work / "etc",

@@ -16,6 +16,7 @@ module "inventory" {
   cluster_cidr = var.cluster_cidr
   ssh_user     = var.ssh_user
   admin_cidrs  = var.admin_cidrs
+  ports        = var.ports
 }
 
 output "ansible_inventory" {

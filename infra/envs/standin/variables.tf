@@ -23,3 +23,8 @@ variable "admin_cidrs" {
   description = "Networks allowed to SSH; the stand-in's do not hold the controller (the firewall's safety net must keep it in)."
   type        = list(string)
 }
+
+variable "ports" {
+  description = "The testbed's ports: the local inventory's testbed_ports (scripts/standin-vms.sh reads them), as the stand-in hosts stand in for this machine's cluster."
+  type        = any
+}

@@ -5,7 +5,6 @@ locals {
     ssh_user     = var.ssh_user
     cluster_cidr = var.cluster_cidr
     ports        = var.ports
-    gloo_ports   = var.gloo_ports
     admin_cidrs  = var.admin_cidrs
     peers        = var.peers
     monitor      = local.monitor_host

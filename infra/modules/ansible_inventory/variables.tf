@@ -79,41 +79,9 @@ variable "ssh_user" {
 }
 
 variable "ports" {
-  description = "Service ports, written as group vars for all hosts (defaults from docs/architecture.md, Inventory)."
-  type = object({
-    trainer_metrics = optional(number, 9410)
-    hivemind        = optional(number, 31337)
-    node_exporter   = optional(number, 9100)
-    prometheus      = optional(number, 9090)
-    grafana         = optional(number, 3000)
-    data_parallel   = optional(number, 29500)
-    netprobe        = optional(number, 5201)
-    lighthouse      = optional(number, 29510)
-  })
-  default  = {}
-  nullable = false
-
-  validation {
-    condition     = alltrue([for port in values(var.ports) : port >= 1 && port <= 65535 && floor(port) == port])
-    error_message = "Every port must be a whole number from 1 to 65535."
-  }
-
-  validation {
-    condition     = length(distinct(values(var.ports))) == length(values(var.ports))
-    error_message = "The service ports must be distinct."
-  }
-}
-
-variable "gloo_ports" {
-  description = "Ports gloo's pair connections listen on (FIRST:LAST), written as the group var gloo_ports: role cluster_firewall opens them to the cluster network."
-  type        = string
-  default     = "32768:60999"
+  description = "The testbed's ports (name => port, gloo a FIRST:LAST range), written as the Ansible variable testbed_ports: infra/modules/cluster's ports, where their defaults and checks are (the stand-in env passes the local inventory's)."
+  type        = any
   nullable    = false
-
-  validation {
-    condition     = can(regex("^[0-9]+:[0-9]+$", var.gloo_ports))
-    error_message = "gloo_ports must be FIRST:LAST."
-  }
 }
 
 variable "admin_cidrs" {

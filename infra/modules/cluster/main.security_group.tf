@@ -1,23 +1,12 @@
 # One security group for every VM. OpenNebula drops what no rule allows once a group applies, so:
 # SSH only from admin_cidrs; Hivemind/p2p, trainer metrics, node_exporter, Prometheus, Grafana, the DDP/ZeRO
-# rendezvous, torchft's Lighthouse (DiLoCo), the bandwidth probe, gloo's pair connections (the ephemeral ports, gloo_ports) and ICMP only from
+# rendezvous, torchft's Lighthouse (DiLoCo), the bandwidth probe, gloo's pair connections (the ephemeral ports, ports.gloo) and ICMP only from
 # inside cluster_cidr; all outbound traffic (package installs, pip). Role cluster_firewall opens the same list on
 # every host (tests/infra/test_port_list.py keeps the two the same).
 
 locals {
   cluster_prefix_length = tonumber(split("/", var.cluster_cidr)[1])
 
-  cluster_service_ports = {
-    hivemind        = var.ports.hivemind
-    trainer_metrics = var.ports.trainer_metrics
-    node_exporter   = var.ports.node_exporter
-    prometheus      = var.ports.prometheus
-    grafana         = var.ports.grafana
-    data_parallel   = var.ports.data_parallel
-    netprobe        = var.ports.netprobe
-    lighthouse      = var.ports.lighthouse
-    gloo_pairs      = var.gloo_ports
-  }
 
   # OpenNebula rules take a first address and a count of addresses, not a CIDR.
   security_rules = concat(
@@ -32,7 +21,7 @@ locals {
       }
     ],
     [
-      for service, port in local.cluster_service_ports : {
+      for service, port in var.ports : {
         purpose   = "${service} inside the cluster"
         protocol  = "TCP"
         rule_type = "INBOUND"

@@ -64,6 +64,5 @@ module "inventory" {
   ssh_user     = var.ssh_user
   cluster_cidr = var.cluster_cidr
   ports        = var.ports
-  gloo_ports   = var.gloo_ports
   admin_cidrs  = var.admin_cidrs
 }

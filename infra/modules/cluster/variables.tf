@@ -244,7 +244,7 @@ variable "admin_cidrs" {
 }
 
 variable "ports" {
-  description = "Service ports (docs/architecture.md, Inventory); opened inside cluster_cidr and written to the inventory as group vars."
+  description = "The testbed's ports, their one list in Terraform (docs/architecture.md, Inventory): opened inside cluster_cidr and written to the inventory as the Ansible variable testbed_ports. gloo is a FIRST:LAST range: gloo's pair connections (DDP/ZeRO, DiLoCo) listen on the Linux ephemeral ports."
   type = object({
     trainer_metrics = optional(number, 9410)
     hivemind        = optional(number, 31337)
@@ -254,18 +254,24 @@ variable "ports" {
     data_parallel   = optional(number, 29500)
     netprobe        = optional(number, 5201)
     lighthouse      = optional(number, 29510)
+    gloo            = optional(string, "32768:60999")
   })
   default  = {}
   nullable = false
 
   validation {
-    condition     = alltrue([for port in values(var.ports) : port >= 1 && port <= 65535 && floor(port) == port])
+    condition     = alltrue([for name, port in var.ports : port >= 1 && port <= 65535 && floor(port) == port if name != "gloo"])
     error_message = "Every port must be a whole number from 1 to 65535."
   }
 
   validation {
-    condition     = length(distinct(values(var.ports))) == length(values(var.ports)) && !contains(values(var.ports), 22)
+    condition     = length(distinct([for name, port in var.ports : port if name != "gloo"])) == length(var.ports) - 1 && !contains([for name, port in var.ports : port if name != "gloo"], 22)
     error_message = "The service ports must be distinct and must not be 22 (SSH)."
+  }
+
+  validation {
+    condition     = can(regex("^[0-9]+:[0-9]+$", var.ports.gloo)) && try(tonumber(split(":", var.ports.gloo)[0]) < tonumber(split(":", var.ports.gloo)[1]) && tonumber(split(":", var.ports.gloo)[1]) <= 65535, false)
+    error_message = "ports.gloo must be FIRST:LAST with FIRST < LAST <= 65535."
   }
 }
 
@@ -301,16 +307,4 @@ variable "sched_requirements" {
   description = "OpenNebula scheduling requirement for the VMs' hosts (e.g. 'CLUSTER_ID = 100'); null lets the scheduler choose."
   type        = string
   default     = null
-}
-
-variable "gloo_ports" {
-  description = "Ports gloo's pair connections listen on in a DDP/ZeRO run (the Linux ephemeral range), FIRST:LAST; opened inside cluster_cidr."
-  type        = string
-  default     = "32768:60999"
-  nullable    = false
-
-  validation {
-    condition     = can(regex("^[0-9]+:[0-9]+$", var.gloo_ports)) && try(tonumber(split(":", var.gloo_ports)[0]) < tonumber(split(":", var.gloo_ports)[1]) && tonumber(split(":", var.gloo_ports)[1]) <= 65535, false)
-    error_message = "gloo_ports must be FIRST:LAST with FIRST < LAST <= 65535."
-  }
 }

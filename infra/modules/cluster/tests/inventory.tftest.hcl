@@ -54,16 +54,18 @@ run "eight_peers" {
     condition = yamldecode(output.ansible_inventory).all.vars == {
       ansible_user         = "root"
       testbed_cluster_cidr = "10.42.0.0/24"
-      trainer_metrics_port = 9410
-      hivemind_port        = 31337
-      node_exporter_port   = 9100
-      prometheus_port      = 9090
-      grafana_port         = 3000
-      data_parallel_port   = 29500
-      netprobe_port        = 5201
-      lighthouse_port      = 29510
-      gloo_ports           = "32768:60999"
-      testbed_admin_cidrs  = ["192.0.2.0/28"]
+      testbed_ports = {
+        trainer_metrics = 9410
+        hivemind        = 31337
+        node_exporter   = 9100
+        prometheus      = 9090
+        grafana         = 3000
+        data_parallel   = 29500
+        netprobe        = 5201
+        lighthouse      = 29510
+        gloo            = "32768:60999"
+      }
+      testbed_admin_cidrs = ["192.0.2.0/28"]
     }
     error_message = "The ports (contract defaults), gloo's range, the admin networks, ansible_user and the cluster network must be group vars of all."
   }

@@ -310,6 +310,16 @@ run "rejects_service_port_on_ssh" {
   expect_failures = [var.ports]
 }
 
+run "rejects_a_gloo_range_backwards" {
+  command = plan
+
+  variables {
+    ports = { gloo = "60999:32768" }
+  }
+
+  expect_failures = [var.ports]
+}
+
 run "rejects_bad_name" {
   command = plan
 
