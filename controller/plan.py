@@ -48,6 +48,8 @@ LOCAL_INFRA_RESERVE_CORES = 0.25
 MAX_CPU_PROBE_SECONDS = 120
 # Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
 LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
+# Prices, per host or from -e for every host, in the host's plan where set: the report's cost (docs/cost.md).
+PRICE_FIELDS = ("price_per_vcpu_hour", "price_per_gb_egress")
 # A dilated run models the study's cluster network where no bandwidth is given (docs/time-dilation.md).
 MODELLED_LINK_MBIT = 1000.0
 
@@ -100,13 +102,29 @@ def _host_links(host: str, hv: dict[str, Any], errors: list[str]) -> dict[str, f
     return links
 
 
+def _host_prices(host: str, hv: dict[str, Any], raw: dict[str, Any], errors: list[str]) -> dict[str, float]:
+    """A host's prices that are set (none: the report shows no cost), each problem with the host's name (a
+    bad ``-e`` value, which every host then has, is reported once, with the settings)."""
+    prices: dict[str, float] = {}
+    for name in PRICE_FIELDS:
+        value = hv.get(name)
+        if value in (None, "", UNSET):
+            continue
+        try:
+            prices[name] = _parse(name, VARIABLES[name][0], value)
+        except ValueError as exc:
+            if value != raw.get(name):
+                errors.append(f"{host}: {exc}")
+    return prices
+
+
 def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
     """Check and complete the experiment's settings; plan the hosts the run uses.
 
     ``raw``: the playbook variables as given (missing ones as UNSET or absent).
     ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
-    bandwidth_mbit, latency_ms), ``can_delay`` (the local kernel has netem), ``shaped_non_peers`` (hosts
-    outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
+    bandwidth_mbit, latency_ms, the prices), ``can_delay`` (the local kernel has netem), ``shaped_non_peers``
+    (hosts outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
     ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``timestamp``
     (UTC, ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
 
@@ -217,6 +235,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         settings["vcpus"] = min(sizes) if len(sizes) > 1 else sizes.pop()
 
     links = {host: _host_links(host, hostvars.get(host) or {}, errors) for host in hosts}
+    prices = {host: _host_prices(host, hostvars.get(host) or {}, raw, errors) for host in hosts}
     # a -e value reaches every host, the monitor too: only host variables outside group peers are mistakes
     given_for_all = any(raw.get(name) not in (None, "", UNSET) for name in LINK_FIELDS)
     for host in [] if given_for_all else inventory.get("shaped_non_peers") or []:
@@ -311,6 +330,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
                 "cpuset": None,
                 **rates,
                 **_dilated_links(links[host], dilation),
+                **prices[host],
             }
         reduced = {f"{p['vcpus']} to {p['threads']}" for p in plan.values() if p["threads"] < p["vcpus"]}
         if local and reduced and not compute:
@@ -571,7 +591,8 @@ def _dilated_links(links: dict[str, float | None], dilation: float) -> dict[str,
 
 def testbed_host_size(hostvars: Any) -> dict[str, Any]:
     """The inventory variables validation needs from one host's hostvars (missing ones as None)."""
-    return {name: hostvars.get(name) for name in ("cluster_address", "vcpus", "memory_mb", *LINK_FIELDS)}
+    names = ("cluster_address", "vcpus", "memory_mb", *LINK_FIELDS, *PRICE_FIELDS)
+    return {name: hostvars.get(name) for name in names}
 
 
 def testbed_shaped_hosts(hosts: list[str], hostvars: Any, fields: Any = LINK_FIELDS) -> list[str]:

@@ -350,6 +350,21 @@ VARIABLES: tuple[Variable, ...] = (
         defines_setting=True,
     ),
     Variable(
+        "price_per_vcpu_hour",
+        "float0",
+        None,
+        "what a vCPU costs for an hour, on every host (or per host or group in the inventory): the report's "
+        "cost of each run (none: no cost; docs/cost.md)",
+        defines_setting=False,
+    ),
+    Variable(
+        "price_per_gb_egress",
+        "float0",
+        None,
+        "what a GB (1e9 bytes) a host sends costs, on every host (or per host or group): the report's cost",
+        defines_setting=False,
+    ),
+    Variable(
         "faults",
         "str",
         None,

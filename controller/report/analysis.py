@@ -1,6 +1,6 @@
 """Build the report's tables from loaded experiments: `analyse` and the experiments table; each other table
 is built by its topic's module (breakdown, effects, network, strategies, intervals, diagnosis, faults,
-timeouts) from the definitions in controller/report/metrics.py."""
+timeouts, cost) from the definitions in controller/report/metrics.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from controller.report.breakdown import (
     memory_table,
     peers_table,
 )
+from controller.report.cost import cost_table
 from controller.report.data import Experiment
 from controller.report.diagnosis import diagnosis_table, prediction_table
 from controller.report.effects import effects_table
@@ -90,6 +91,7 @@ def analyse(
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = preprocessing_table(analysis, rows)
+    analysis.tables["cost"] = cost_table(analysis, rows)
     return analysis
 
 

@@ -216,6 +216,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"![{path.stem}]({path.name})" for path in loss_paths),
         "",
         _section(analysis, "time_to_target"),
+        # only where the inventory gave prices (docs/cost.md)
+        *([_section(analysis, "cost")] if analysis.tables["cost"].rows else []),
         _section(analysis, "strategies"),
         _section(analysis, "memory"),
         "## Repeats, intervals and verdicts",

@@ -79,6 +79,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.summary",
         "controller.report.breakdown",
         "controller.report.network",
+        "controller.report.cost",
         "controller.report.diagnosis",
         "controller.report.plots",
         "controller.reuse",

@@ -172,6 +172,25 @@ def test_a_baseline_uses_one_host_and_a_real_cluster_keeps_its_vcpus():
     assert "vcpus=8 exceeds the 4 vCPUs of peer-01" in too_many["errors"]
 
 
+def test_prices_reach_each_hosts_plan_and_a_bad_one_is_refused_with_its_host():
+    """The inventory's prices (issue #55): per host, or with -e for every host; only set ones are recorded."""
+    validation = _load_validation()
+    priced = {"price_per_vcpu_hour": "0.04", "price_per_gb_egress": 0}
+    inventory = _local_inventory(2, peer_01=priced)
+    plan = validation.testbed_experiment({"peers": "2"}, inventory)["plan"]
+    assert (plan["peer-01"]["price_per_vcpu_hour"], plan["peer-01"]["price_per_gb_egress"]) == (0.04, 0.0)
+    assert "price_per_vcpu_hour" not in plan["peer-02"]  # no price: the report shows no cost for it
+    bad = validation.testbed_experiment(
+        {"peers": "2"}, _local_inventory(2, peer_02={"price_per_gb_egress": "-1"})
+    )
+    assert bad["errors"] == ["peer-02: price_per_gb_egress must be a number >= 0 (got '-1')"], bad["errors"]
+    # a bad -e value reaches every host: said once
+    given = {"price_per_vcpu_hour": "cheap"}
+    inventory = _local_inventory(2, peer_01=given, peer_02=given)
+    errors = validation.testbed_experiment({"peers": "2", **given}, inventory)["errors"]
+    assert [e for e in errors if "price" in e] == ["price_per_vcpu_hour must be a number (got 'cheap')"]
+
+
 def _local_inventory(count: int, **per_host: dict) -> dict:
     hosts = [f"peer-{i:02d}" for i in range(1, count + 1)]
     base = {"cluster_address": "10.89.64.101", "memory_mb": 2048}
