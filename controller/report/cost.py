@@ -47,7 +47,7 @@ def run_cost(e: Experiment, seconds: float | None) -> dict[str, Any] | None:
     >>> e = Experiment("x", Path("."), {"peers": 2}, True, peers, hosts=hosts)
     >>> cost = run_cost(e, 1800)
     >>> cost["vcpu_hours"], round(cost["compute_cost"], 3), cost["egress_gb"], round(cost["egress_cost"], 3)
-    (4.0, 0.2, 4.0, 0.18)
+    (4.0, 0.2, 2.0, 0.18)
     >>> round(cost["cost"], 3), cost["priced_hosts"]
     (0.38, '2/2')
     >>> run_cost(Experiment("y", Path("."), {}, True, peers, hosts={"peer-01": {"vcpus": 4}}), 1800) is None
