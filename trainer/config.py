@@ -100,8 +100,9 @@ def _shared(name: str, **extra: Any) -> Any:
 class RunConfig:
     """Every setting of one trainer run.
 
-    :param strategy: ``baseline`` (one node, plain torch optimizer) or ``hivemind`` (one peer of a
-        collaborative run)
+    :param strategy: how this trainer trains with the others (experiment/variables.py ``STRATEGIES``):
+        ``baseline`` (one node, plain torch optimizer), ``hivemind`` (one peer of a collaborative run),
+        ``ddp``/``zero``/``fsdp``/``deepspeed`` (one rank of a data-parallel run) or ``diloco`` (one replica)
     :param model: ``resnet18`` (torchvision, 10 classes, the study's model) or ``smallcnn`` (tiny, for fast
         tests)
     :param dataset: ``synthetic`` (in memory, learnable), ``fashion-mnist`` (idx files), ``cifar10``

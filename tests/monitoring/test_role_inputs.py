@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from monitoring_support import ANSIBLE_PLAYBOOK, REPO
+from monitoring_support import ANSIBLE_PLAYBOOK, PORTS, REPO
 
 CASES = {
     "grafana without password": ("grafana", {}, "grafana_admin_password"),
@@ -53,6 +53,7 @@ def test_bad_input_is_refused(case, tmp_path: Path):
         json.dumps(
             {
                 "all": {
+                    "vars": {"testbed_ports": PORTS},
                     "children": {
                         "peers": {"hosts": {"peer-01": {"cluster_address": "127.0.0.1"}}},
                         "monitor": {"hosts": {"monitor": {"cluster_address": "127.0.0.1"}}},
