@@ -48,6 +48,9 @@ ROUND_COLUMNS = (
     "error",
     "cause",
     "received_share",
+    "sent_bytes",
+    "received_bytes",
+    "sent_mbit_per_second",
 )
 #: why a round failed (rounds.csv ``cause``; empty for ok rounds), from what the round's averager saw:
 #: no_group (matchmaking ended without a group: the all-reduce never began), allreduce_timeout (the group's
@@ -168,7 +171,10 @@ RESULT_FILES = (
     REJOINS_FILE,
 )  # fmt: skip
 
-_INT_COLUMNS = {"step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"}
+_INT_COLUMNS = {
+    *("step", "samples", "hivemind_epoch", "peers", "round", "epoch", "group_size", "rss_bytes"),
+    *("sent_bytes", "received_bytes"),
+}
 _TEXT_COLUMNS = {"kind", "outcome", "error", "cause"}
 
 
@@ -212,6 +218,12 @@ class RoundRecord:
     :param cause: why it failed, one of ROUND_CAUSES ("" when ok); derived when not given
     :param received_share: share (0-1) of the averaged results this peer received in the all-reduce (None
         when no all-reduce ran or it was not measured)
+    :param sent_bytes: bytes this host's Hivemind traffic sent during the all-reduce, counted apart from
+        other traffic by the firewall's chains (trainer/traffic.py; None where not counted). Rounds that
+        overlap in time (gradients and a background state round) each count the bytes of both.
+    :param received_bytes: the same, received
+    :param sent_mbit_per_second: ``sent_bytes`` over the all-reduce's seconds, as measured (the report gives
+        it in modelled time)
     """
 
     timestamp: float
@@ -225,6 +237,9 @@ class RoundRecord:
     error: str | None = None
     cause: str | None = None
     received_share: float | None = None
+    sent_bytes: int | None = None
+    received_bytes: int | None = None
+    sent_mbit_per_second: float | None = None
 
     def __post_init__(self) -> None:
         if self.cause is None:

@@ -25,6 +25,8 @@ from trainer.memory import MEMORY_KINDS
 log = logging.getLogger(__name__)
 
 BASE_LABELS = ("run_id", "peer", "strategy")
+#: trainer_averaging_bytes_total's ``direction``
+TRAFFIC_DIRECTIONS = ("sent", "received")
 _RUN_CONFIG_FIELDS = {field.name for field in dataclasses.fields(RunConfig)}
 ROUND_LABELS = ("kind", "outcome")
 # Seconds, 1 ms … 300 s: data loading and small-model steps sit in milliseconds, ResNet18 steps in tenths of a
@@ -63,6 +65,7 @@ METRICS: dict[str, str] = {
     "trainer_averaging_failures_total": "counter",
     "trainer_matchmaking_seconds": "histogram",
     "trainer_averaging_received_share": "gauge",
+    "trainer_averaging_bytes_total": "counter",
     "trainer_loss": "gauge",
     "trainer_hivemind_epoch": "gauge",
     "trainer_peers": "gauge",
@@ -80,6 +83,7 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     "trainer_averaging_failures_total": ("kind", "cause"),
     "trainer_matchmaking_seconds": ("kind",),
     "trainer_averaging_received_share": ("kind",),
+    "trainer_averaging_bytes_total": ("direction",),
     "trainer_memory_bytes": ("kind",),
     # the variables that define the run's setting and that the trainer knows (experiment/variables.py), and
     # the peers it expects: runs with equal labels are repeats of one setting, as in the report
@@ -106,6 +110,9 @@ _HELP = {
     "trainer_matchmaking_seconds": "Time a round spent forming its group (all of a round that found none)",
     "trainer_averaging_received_share": "Share (0-1) of the averaged results this peer received in its last "
     "all-reduce of this kind (1: all of it; below 1: Hivemind ended the round with parts missing)",
+    "trainer_averaging_bytes_total": "Bytes this host's Hivemind traffic sent or received (direction) during "
+    "this peer's all-reduces, counted apart from other traffic by the firewall's chains (trainer/traffic.py; "
+    "stays 0 where they are not there)",
     "trainer_loss": "Training loss of the latest step",
     "trainer_hivemind_epoch": "Collective Hivemind epoch (0 for the baseline)",
     "trainer_peers": "Live peers known to this peer, itself included (1 for the baseline)",
@@ -198,6 +205,12 @@ class Telemetry:
             kind: self._families["trainer_memory_bytes"].labels(**self.base_labels, kind=kind)
             for kind in MEMORY_KINDS
         }
+        self._bytes = {
+            direction: self._families["trainer_averaging_bytes_total"].labels(
+                **self.base_labels, direction=direction
+            )
+            for direction in TRAFFIC_DIRECTIONS
+        }
         self._peers.set(1)
 
     def _create(self, name: str) -> Any:
@@ -273,6 +286,10 @@ class Telemetry:
             self._matchmaking[record.kind].observe(record.matchmaking_seconds)
         if record.received_share is not None:
             self._received[record.kind].set(record.received_share)
+        counts = (record.sent_bytes, record.received_bytes)
+        for direction, count in zip(TRAFFIC_DIRECTIONS, counts, strict=True):
+            if count:
+                self._bytes[direction].inc(count)
 
 
 def _label_value(value: Any) -> str:

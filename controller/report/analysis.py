@@ -39,7 +39,13 @@ from controller.report.metrics import (
     total,
     wall_seconds,
 )
-from controller.report.network import network_table, network_thresholds_table, preprocessing_table
+from controller.report.network import (
+    link_rates_table,
+    network_table,
+    network_thresholds_table,
+    preprocessing_table,
+    round_rates_table,
+)
 from controller.report.strategies import strategies_table, time_to_target_table
 from controller.report.timeouts import timeouts_table
 from experiment.results import ROUND_CAUSES
@@ -88,6 +94,8 @@ def analyse(
     analysis.tables["diagnosis"] = diagnosis_table(analysis)
     analysis.tables["prediction"] = prediction_table(analysis, rows)
     analysis.tables["network_thresholds"] = network_thresholds_table(analysis.tables["network"].rows)
+    analysis.tables["link_rates"] = link_rates_table(analysis)
+    analysis.tables["round_rates"] = round_rates_table(analysis)
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = preprocessing_table(analysis, rows)

@@ -26,7 +26,7 @@ from controller.report.effects import effect_verdicts
 from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import Analysis
 from controller.report.metrics import __doc__ as DEFINITIONS
-from controller.report.network import preprocessing_factors
+from controller.report.network import link_rate_lines, preprocessing_factors
 from controller.report.timeouts import recommendation_lines
 
 _BANDWIDTH = re.compile(
@@ -252,6 +252,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         _section(analysis, "network_thresholds", heading=False),
         _section(analysis, "network", heading=False),
+        *link_rate_lines(analysis.tables["link_rates"]),
         "## Faults on purpose (throughput per peer; shaded: each fault's window, dashed: a kill)",
         "",
         *(f"![{path.stem}]({path.name})" for path in faults),

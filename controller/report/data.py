@@ -234,6 +234,8 @@ def load_experiment(path: Path) -> Experiment | None:
 _DURATION_COLUMNS = tuple(
     dict.fromkeys(c for c in (*STEP_COLUMNS, *ROUND_COLUMNS, *EVAL_COLUMNS) if c.endswith("_seconds"))
 )
+#: rates over a duration: a dilated run's are D times slower than the modelled machine's
+_RATE_COLUMNS = tuple(c for c in ROUND_COLUMNS if c.endswith("_per_second"))
 _FAULT_MOMENTS = ("started", "applied_at", "healed_at")
 _REJOIN_MOMENTS = ("killed_at", "restarted_at", "process_started_at", "rejoined_at")
 _REJOIN_DURATIONS = ("progress_wait_seconds", "state_download_seconds")
@@ -259,6 +261,9 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
             for name in _DURATION_COLUMNS:
                 if row.get(name) is not None:
                     row[name] = row[name] / factor
+            for name in _RATE_COLUMNS:
+                if row.get(name) is not None:
+                    row[name] = row[name] * factor
             if row.get("timestamp") is not None:
                 row["timestamp"] = origin + (row["timestamp"] - origin) / factor
             scaled.append(row)

@@ -3,6 +3,7 @@ which averaging would stop binding, and the data pipeline's (preprocessing) shar
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -176,3 +177,101 @@ def _pipeline(row: dict[str, Any]) -> str:
 
 def _fmt_share(share: float | None) -> str:
     return "-" if share is None else f"{share:.2f}"
+
+
+def shaped_mbit(e: Experiment, peer: str) -> float | None:
+    """The rate the peer's link was shaped to, as the modelled machine had it (None: unshaped)."""
+    plan = e.hosts.get(peer) or {}
+    rate = plan.get("modelled_bandwidth_mbit") or plan.get("bandwidth_mbit")
+    rate = rate or e.settings.get("bandwidth_mbit")
+    return float(rate) if rate else None
+
+
+def _counted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ok rounds whose bytes were counted and whose all-reduce took time: those with a link rate."""
+    return [
+        r
+        for r in rows
+        if r.get("outcome") == "ok" and r.get("sent_bytes") is not None and r.get("sent_mbit_per_second")
+    ]
+
+
+def round_rates_table(analysis: Analysis) -> Table:
+    """Every counted round's bytes and link rate (modelled Mbit/s: the bytes this peer's Hivemind traffic sent
+    during the all-reduce, over its modelled seconds), against the peer's shaped rate; ``under_half`` marks a
+    round that got less than half of it."""
+    table = []
+    for e in analysis.experiments:
+        for peer in e.peers:
+            shaped = shaped_mbit(e, peer.name)
+            for r in _counted(peer.rounds):
+                rate = r["sent_mbit_per_second"]
+                table.append(
+                    {
+                        "experiment_id": e.experiment_id,
+                        "peer": peer.name,
+                        **{name: r.get(name) for name in ROUND_RATE_FIELDS},
+                        "shaped_mbit": shaped,
+                        "under_half": None if shaped is None else rate < shaped / 2,
+                    }
+                )
+    columns = ("experiment_id", "peer", *ROUND_RATE_FIELDS, "shaped_mbit", "under_half")
+    return make_table("round_rates", "Link rate per round", table, columns)
+
+
+ROUND_RATE_FIELDS = (
+    *("round", "epoch", "kind", "group_size", "sent_bytes", "received_bytes", "allreduce_seconds"),
+    "sent_mbit_per_second",
+)
+
+
+def link_rates_table(analysis: Analysis) -> Table:
+    """Per peer of each run whose traffic was counted: the bytes its Hivemind traffic sent and received in its
+    all-reduces, per sample, the median and lowest link rate of its ok rounds (modelled Mbit/s), its shaped
+    rate, and how many rounds got under half of it (the round_rates table lists them)."""
+    table = []
+    for e in analysis.experiments:
+        for peer in e.peers:
+            counted = [r for r in peer.rounds if r.get("sent_bytes") is not None]
+            if not counted:
+                continue
+            rates = [r["sent_mbit_per_second"] for r in _counted(peer.rounds)]
+            shaped = shaped_mbit(e, peer.name)
+            samples = total(peer.steps, "samples")
+            sent = total(counted, "sent_bytes")
+            table.append(
+                {
+                    "experiment_id": e.experiment_id,
+                    "setting": e.label(),
+                    "peer": peer.name,
+                    "rounds_counted": len(counted),
+                    "sent_mb": sent / 1e6,
+                    "received_mb": total(counted, "received_bytes") / 1e6,
+                    "sent_bytes_per_sample": sent / samples if samples else None,
+                    "median_mbit": statistics.median(rates) if rates else None,
+                    "lowest_mbit": min(rates) if rates else None,
+                    "shaped_mbit": shaped,
+                    "rounds_under_half": None if shaped is None else sum(rate < shaped / 2 for rate in rates),
+                }
+            )
+    return make_table("link_rates", "Link rate per peer (Hivemind's all-reduces, modelled Mbit/s)", table)
+
+
+def link_rate_lines(table: Table) -> list[str]:
+    """report.md's lines on the link rates: one per peer that had rounds under half its shaped rate, then the
+    table (none: where the counts come from)."""
+    if not table.rows:
+        return [
+            "Link rates per round: no run's Hivemind traffic was counted (role cluster_firewall's counting "
+            "chains; docs/network.md).",
+            "",
+        ]
+    lines = ["### Link rate per peer", ""]
+    for row in table.rows:
+        if row["rounds_under_half"]:
+            lines.append(
+                f"- {row['experiment_id']} {row['peer']}: {row['rounds_under_half']} of its ok rounds got "
+                f"under half its shaped {row['shaped_mbit']:g} Mbit/s (median {row['median_mbit']:.1f}; "
+                "`round_rates.csv` lists each round)"
+            )
+    return [*lines, "", f"Table `link_rates.csv`:\n\n{table.markdown()}\n"]

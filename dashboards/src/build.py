@@ -428,6 +428,38 @@ def experiment() -> dict[str, Any]:
             unit="percentunit",
             minimum=0,
         ),
+        row("Network: each peer's Hivemind traffic, counted apart from other flows"),
+        timeseries(
+            "Hivemind traffic",
+            "Mbit/s this peer's host sent and received on Hivemind's port during its all-reduces, averaged "
+            "over time (trainer_averaging_bytes_total: the firewall's counting chains, trainer/traffic.py; 0 "
+            "where they are not there). Measured: multiply by D for a dilated run's modelled rate.",
+            targets(
+                (
+                    f"8 * sum by (peer, direction) (rate(trainer_averaging_bytes_total{{{TRAINER}}}[{RATE}]))"
+                    " / 1e6",
+                    "{{peer}} {{direction}}",
+                )
+            ),
+            unit="Mbits",
+            minimum=0,
+        ),
+        timeseries(
+            "Link rate during all-reduces",
+            "Mbit/s each peer sent while an all-reduce ran: its Hivemind bytes over its all-reduce seconds, "
+            "the rate its link gave the averaging (compare with the run's bandwidth_mbit / D where shaped; "
+            "rounds.csv's sent_mbit_per_second per round, the report's link_rates). Measured, as above.",
+            targets(
+                (
+                    f'8 * sum by (peer) (rate(trainer_averaging_bytes_total{{{TRAINER}, direction="sent"}}'
+                    f"[{RATE}])) / clamp_min(sum by (peer) (rate(trainer_averaging_seconds_sum{{{TRAINER}}}"
+                    f"[{RATE}])), 1e-9) / 1e6",
+                    "{{peer}}",
+                )
+            ),
+            unit="Mbits",
+            minimum=0,
+        ),
     ]
     variables = [
         query_variable("run_id", "Run", "label_values(trainer_run_info, run_id)", multi=False),

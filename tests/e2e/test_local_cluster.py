@@ -234,6 +234,18 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert max(first_steps) - min(first_steps) < 15, first_steps
     # Issue 7: every peer averaged; whether a peer ended in a round the others left is recorded
     _check_averaging(results, PEERS, chance)
+    # Issue 55: each ok round's Hivemind bytes, counted by the firewall's chains apart from other traffic (the
+    # exporters, Ceph, Prometheus' scrapes), and its rate; Prometheus has the same bytes per peer
+    for peer in PEERS:
+        assert read_json(results / peer / "summary.json")["strategy_details"]["traffic_counted"] is True, peer
+        ok = [row for row in _rows(results / peer / "rounds.csv") if row["outcome"] == "ok"]
+        assert all(int(row["sent_bytes"]) > 0 and int(row["received_bytes"]) > 0 for row in ok), (peer, ok)
+        assert all(float(row["sent_mbit_per_second"]) > 0 for row in ok), (peer, ok)
+        steps = _rows(results / peer / "steps.csv")
+        span, at = f"[{int(float(steps[-1]['timestamp']) - float(steps[0]['timestamp'])) + 60}s]", time.time()
+        query = f'max_over_time(trainer_averaging_bytes_total{{peer="{peer}",direction="sent"}}{span})'
+        exported = _prometheus(port, query, min(at, float(steps[-1]["timestamp"]) + 30))
+        chance.expect(exported.get(peer, 0) > 0, f"Prometheus scraped {peer}'s averaging bytes", exported)
 
     # Issue 12: every peer's results name its own settings (vCPUs, quota, threads, link)
     hosts = experiment["hosts"]

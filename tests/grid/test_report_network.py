@@ -165,3 +165,70 @@ def test_peers_table_names_who_waited_for_whom():
         50.0,
     )
     assert rows["peer-01"]["compute_ms"] == pytest.approx(250)
+
+
+def _round(number: int, rate: float | None, seconds: float = 2.0, outcome: str = "ok") -> dict:
+    sent = None if rate is None else int(rate * 1e6 / 8 * seconds)
+    return {
+        "round": number,
+        "epoch": number,
+        "kind": "gradients",
+        "outcome": outcome,
+        "group_size": 2,
+        "allreduce_seconds": seconds,
+        "sent_bytes": sent,
+        "received_bytes": sent,
+        "sent_mbit_per_second": rate,
+    }
+
+
+def test_link_rates_per_peer_and_per_round_mark_rounds_under_half_the_shaped_rate(tmp_path):
+    """Issue #55: each counted round's modelled rate against the peer's shaped (modelled) rate."""
+    hosts = {
+        peer: {"bandwidth_mbit": 25.0, "modelled_bandwidth_mbit": 100.0} for peer in ("peer-01", "peer-02")
+    }
+    steps = _steps(0.1, 0.1)
+    peers = [
+        PeerRun("peer-01", steps, [_round(1, 80.0), _round(2, 30.0), _round(3, 60.0), _round(4, None)], True),
+        # a failed round counts its bytes but has no rate
+        PeerRun("peer-02", steps, [_round(1, 90.0), _round(2, 10.0, outcome="timeout")], True),
+    ]
+    settings = {"strategy": "hivemind", "peers": 2, "model": "smallcnn", "bandwidth_mbit": 100}
+    counted = Experiment("counted", Path("counted"), settings, True, peers, hosts=hosts)
+    uncounted = _hivemind("uncounted", 2, 100, compute=0.2, averaging=0.1)
+    result = analyse([counted, uncounted], target_loss=None, bandwidth=None)
+
+    rows = {row["peer"]: row for row in result.tables["link_rates"].rows}
+    assert set(rows) == {"peer-01", "peer-02"}  # the run without counts has no rows
+    first = rows["peer-01"]
+    assert first["rounds_counted"] == 3 and first["shaped_mbit"] == 100.0  # the modelled rate, not / D
+    assert first["median_mbit"] == pytest.approx(60.0) and first["lowest_mbit"] == pytest.approx(30.0)
+    assert first["rounds_under_half"] == 1
+    assert first["sent_mb"] == pytest.approx((80 + 30 + 60) * 2 / 8)
+    assert first["sent_bytes_per_sample"] == pytest.approx((80 + 30 + 60) * 2e6 / 8 / (20 * 32))
+    assert rows["peer-02"]["rounds_counted"] == 2 and rows["peer-02"]["rounds_under_half"] == 0
+
+    per_round = [(r["peer"], r["round"], r["under_half"]) for r in result.tables["round_rates"].rows]
+    assert per_round == [
+        ("peer-01", 1, False),
+        ("peer-01", 2, True),
+        ("peer-01", 3, False),
+        ("peer-02", 1, False),
+    ]
+
+    report = write_report(result, tmp_path, tmp_path).read_text()
+    assert (
+        "- counted peer-01: 1 of its ok rounds got under half its shaped 100 Mbit/s (median 60.0;" in report
+    )
+    assert (tmp_path / "round_rates.csv").read_text().count("\n") == 5  # the header and four rounds
+
+
+def test_a_dilated_runs_round_rates_are_modelled():
+    from controller.report.data import in_modelled_time
+
+    peers = [PeerRun("peer-01", [], [{**_round(1, 10.0, seconds=8.0), "timestamp": 100.0}], True)]
+    modelled = in_modelled_time(Experiment("d", Path("d"), {}, True, peers), 4.0)
+    (row,) = modelled.peers[0].rounds
+    # the all-reduce took a quarter of its time on the modelled machine: four times the rate, the same bytes
+    assert (row["allreduce_seconds"], row["sent_mbit_per_second"]) == (2.0, 40.0)
+    assert row["sent_bytes"] == peers[0].rounds[0]["sent_bytes"]

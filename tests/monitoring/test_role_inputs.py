@@ -57,7 +57,7 @@ def test_bad_input_is_refused(case, tmp_path: Path):
                     "children": {
                         "peers": {"hosts": {"peer-01": {"cluster_address": "127.0.0.1"}}},
                         "monitor": {"hosts": {"monitor": {"cluster_address": "127.0.0.1"}}},
-                    }
+                    },
                 }
             }
         )

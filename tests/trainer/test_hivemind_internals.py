@@ -17,6 +17,7 @@ from trainer.strategies.hivemind.rounds import (
     check_internals,
     internals_problems,
 )
+from trainer.traffic import Traffic
 
 pytestmark = pytest.mark.hivemind
 
@@ -192,6 +193,39 @@ def test_the_averager_mixin_times_matchmaking_and_all_reduce_separately():
     assert 0.09 < ok.allreduce_seconds < 1.0
     assert 0.04 < ok.matchmaking_seconds < 1.0
     assert "slow peer" in rounds[1].error
+
+
+class _Counter:
+    """Stands in for trainer.traffic.TrafficCounter: 1 MB more sent and 2 MB more received at each reading."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def read(self) -> Traffic:
+        self.readings += 1
+        return Traffic(self.readings * 1_000_000, self.readings * 2_000_000)
+
+
+def test_the_averager_mixin_counts_each_all_reduces_bytes_and_rate():
+    """Issue #55: the host's Hivemind bytes read as the all-reduce starts and as it ends; the round carries
+    their difference and the rate it was sent at (a round without a counter carries none)."""
+
+    def one_round(counter: _Counter | None) -> list:
+        collector = RoundCollector()
+        collector.install(_TimedFake, traffic_counter=counter)
+        asyncio.run(_TimedFake()._step(step=_Step(21), future_for_init=None))
+        rounds, deadline = [], time.monotonic() + 5
+        while not rounds and time.monotonic() < deadline:
+            rounds += collector.poll(0, final=True)
+            time.sleep(0.02)
+        return rounds
+
+    (counted,) = one_round(_Counter())
+    (uncounted,) = one_round(None)
+    assert (counted.sent_bytes, counted.received_bytes) == (1_000_000, 2_000_000)
+    rate = counted.sent_mbit_per_second
+    assert rate == pytest.approx(8 / counted.allreduce_seconds) and 8 < rate < 80  # 1 MB in 0.1-1 s
+    assert (uncounted.sent_bytes, uncounted.received_bytes, uncounted.sent_mbit_per_second) == (None,) * 3
 
 
 # ------------------------------------------------------------------------------------------ DHT coordination

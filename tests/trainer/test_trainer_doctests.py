@@ -21,6 +21,8 @@ MODULES = [
     "trainer.cpuprobe",
     "trainer.calibrate",
     "trainer.netcounters",
+    "trainer.traffic",
+    "trainer.strategies.hivemind.rounds",
     "trainer.memory",
     "trainer.strategies.fsdp",
     "trainer.strategies.deepspeed_zero",

@@ -68,6 +68,9 @@ def test_round_trip(tmp_path) -> None:
                 outcome="ok",
                 group_size=2,
                 allreduce_seconds=0.4,
+                sent_bytes=3_000_000,
+                received_bytes=2_900_000,
+                sent_mbit_per_second=60.0,
                 received_share=0.875,
             )
         )
@@ -97,6 +100,9 @@ def test_round_trip(tmp_path) -> None:
         "error": None,
         "cause": None,
         "received_share": 0.875,
+        "sent_bytes": 3_000_000,
+        "received_bytes": 2_900_000,
+        "sent_mbit_per_second": 60.0,
     }
     assert rounds[1]["round"] == 2 and rounds[1]["outcome"] == "timeout" and rounds[1]["error"] == "no group"
     assert rounds[1]["cause"] == "no_group"  # no all-reduce began: matchmaking found nobody

@@ -25,6 +25,7 @@ DOCUMENTED = {
     "trainer_averaging_failures_total": "counter",
     "trainer_matchmaking_seconds": "histogram",
     "trainer_averaging_received_share": "gauge",
+    "trainer_averaging_bytes_total": "counter",
     "trainer_loss": "gauge",
     "trainer_hivemind_epoch": "gauge",
     "trainer_peers": "gauge",

@@ -277,6 +277,9 @@ class ChildRound:
     attempts: int = 0
     error: str | None = None
     received: float | None = None  # share of the averaged results received (None: no all-reduce ran)
+    # this host's Hivemind bytes during the all-reduce (trainer/traffic.py; None: not counted here)
+    sent_bytes: int | None = None
+    received_bytes: int | None = None
 
 
 _CURRENT_ROUND: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -290,6 +293,8 @@ class RoundTimingMixin:
     round_kind = ""
     #: set by RoundCollector before hivemind forks the averager; the child inherits it
     round_queue: Any = None
+    #: the host's traffic counter (trainer/traffic.py), read as an all-reduce starts and ends; None: not read
+    traffic_counter: Any = None
 
     async def _step(self, *, step, future_for_init):
         current: dict[str, Any] = {"started": time.time(), "attempts": 0}
@@ -306,6 +311,7 @@ class RoundTimingMixin:
             current["attempts"] += 1
             current["allreduce_started"] = time.time()
             current["group_size"] = len(group_info.peer_ids)
+            current["traffic_before"] = self._traffic()
         try:
             gathered = await super()._aggregate_with_group(group_info, *args, **kwargs)
             if current is not None:
@@ -314,6 +320,14 @@ class RoundTimingMixin:
         finally:
             if current is not None:
                 current["allreduce_seconds"] = time.perf_counter() - started
+                before, after = current.pop("traffic_before", None), self._traffic()
+                if before is not None and after is not None:
+                    current["traffic"] = after.since(before)
+
+    def _traffic(self):
+        """The host's Hivemind bytes so far (None: not counted); a few milliseconds, at a round's edges."""
+        counter = self.traffic_counter
+        return counter.read() if counter is not None else None
 
     def _received_fraction(self, group_info) -> float | None:
         """Share of the averaged results this peer received in the group's all-reduce (None: unknown).
@@ -351,6 +365,8 @@ class RoundTimingMixin:
                 attempts=current["attempts"],
                 error=error,
                 received=received,
+                sent_bytes=current["traffic"].sent if "traffic" in current else None,
+                received_bytes=current["traffic"].received if "traffic" in current else None,
             )
             self.round_queue.put_nowait(record)
         except Exception:  # never break an averaging round because its timing could not be sent
@@ -405,6 +421,9 @@ class RoundTiming:
     error: str | None
     cause: str | None = None  # derived from the others when None (experiment.results.failure_cause)
     received_share: float | None = None
+    sent_bytes: int | None = None
+    received_bytes: int | None = None
+    sent_mbit_per_second: float | None = None
 
 
 @dataclass
@@ -429,10 +448,11 @@ class RoundCollector:
     _waiting: list[ChildRound] = field(default_factory=list)
     _missed: list[RoundTiming] = field(default_factory=list)
 
-    def install(self, *averager_classes_: type) -> None:
+    def install(self, *averager_classes_: type, traffic_counter: Any = None) -> None:
         self._queue = multiprocessing.get_context("fork").Queue()
         for cls in averager_classes_:
             cls.round_queue = self._queue
+            cls.traffic_counter = traffic_counter
 
     # -- called from the training process (main thread or the state averager's executor thread)
 
@@ -507,7 +527,21 @@ def _merge(child: ChildRound, main: _MainSide | None, current_epoch: int) -> Rou
         blocking_seconds=main.blocking if main is not None else 0.0,
         error=child.error,
         received_share=child.received,
+        sent_bytes=child.sent_bytes,
+        received_bytes=child.received_bytes,
+        sent_mbit_per_second=_mbit_per_second(child.sent_bytes, child.allreduce_seconds),
     )
+
+
+def _mbit_per_second(sent_bytes: int | None, seconds: float | None) -> float | None:
+    """The rate the all-reduce sent at, as measured here (the report gives it in modelled time).
+
+    >>> _mbit_per_second(2_500_000, 2.0), _mbit_per_second(None, 2.0), _mbit_per_second(10, 0.0)
+    (10.0, None, None)
+    """
+    if sent_bytes is None or not seconds:
+        return None
+    return sent_bytes * 8 / seconds / 1e6
 
 
 # ------------------------------------------------------------------------------------------ the optimizer

@@ -51,6 +51,7 @@ from trainer.strategies.hivemind.rounds import (
     averager_classes,
     check_internals,
 )
+from trainer.traffic import TrafficCounter
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -126,8 +127,11 @@ class HivemindStrategy:
         self.config, self.model, self._on_round = config, model, on_round
         self.collector.hold_seconds = 2 * config.averaging_timeout
         grad_averager, state_averager = averager_classes()
-        # the queue must exist before the averagers fork, and so must the patched constant
-        self.collector.install(grad_averager, state_averager)
+        # the queue must exist before the averagers fork, and so must the patched constant; the averagers read
+        # the traffic counter at each all-reduce's start and end (trainer/traffic.py)
+        self.traffic = TrafficCounter()
+        self.collector.install(grad_averager, state_averager, traffic_counter=self.traffic)
+        self._details["traffic_counted"] = self.traffic.available
         if factor != 1:
             self._details["time_dilation"] = {"factor": factor, **patch_module_constants(factor)}
         self.dht = _join_dht(hivemind, config)

@@ -15,7 +15,19 @@ def rules(host):
 
 
 def test_input_jumps_to_the_chain_first(host):
-    assert host.check_output("iptables -S INPUT").splitlines()[1] == f"-A INPUT -j {CHAIN}"
+    # after the chain that only counts (next test)
+    assert host.check_output("iptables -S INPUT").splitlines()[1:3] == [
+        "-A INPUT -j TESTBED_RX",
+        f"-A INPUT -j {CHAIN}",
+    ]
+
+
+def test_the_hivemind_traffic_is_counted_per_direction(host):
+    """The chains the trainer reads its per-round bytes from (trainer/traffic.py): they only count."""
+    assert host.check_output("iptables -S OUTPUT").splitlines()[1] == "-A OUTPUT -j TESTBED_TX"
+    for counted in ("TESTBED_TX", "TESTBED_RX"):
+        rules = host.check_output(f"iptables -S {counted}").splitlines()[1:]
+        assert rules == [f"-A {counted} -p tcp -m multiport --ports 31337"], rules
 
 
 def test_accepted_then_everything_else_rejected(rules):
@@ -50,7 +62,7 @@ def test_unit_enabled_and_stop_removes_the_chain(host):
     assert unit.is_enabled
     host.check_output("systemctl stop testbed-firewall.service")
     try:
-        assert CHAIN not in host.check_output("iptables -S") + host.check_output("ip6tables -S")
+        assert CHAIN not in host.check_output("iptables -S") + host.check_output("ip6tables -S")  # TX, RX too
     finally:
         host.check_output("systemctl start testbed-firewall.service")
     assert f"-A INPUT -j {CHAIN}" in host.check_output("iptables -S INPUT")
