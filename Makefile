@@ -84,17 +84,14 @@ pytest: setup
 	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-# `make test`: the linters, the Molecule scenarios and the real-VM path (bare stand-in VMs over SSH: its own
-# containers, no shared cluster, nothing it asserts is a timing of this machine's CPU) run beside the parallel
-# pass: the scenarios and the stand-ins mostly wait on containers, apt and pip, which left the two cores partly
-# idle. Their output is shown once all are done; then the rest of the serial pass, with nothing beside it (its
-# tests time things or train dilated peers). Any part failing fails. (docs/run-overhead.md, "CI")
+# `make test`: the linters and the Molecule scenarios run beside the parallel pass (none of them times
+# anything; the scenarios mostly wait on containers and apt, which left the two cores partly idle), their
+# output shown once all are done; then the rest of the serial pass, with nothing beside it (its tests time
+# things or train dilated peers). Any part failing fails.
 MOLECULE_PASS := pytest -m molecule tests/roles/test_molecule.py
-VM_PASS := pytest tests/e2e/test_real_vm_path.py
-SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" --ignore=tests/e2e/test_real_vm_path.py tests/
+SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" tests/
 test: setup
-	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); vm_log=$$(mktemp); \
-	$(VM_PASS) > "$$vm_log" 2>&1 & vm=$$!; \
+	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
 	$(MOLECULE_PASS) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
@@ -102,8 +99,6 @@ test: setup
 	cat "$$lint_log"; rm -f "$$lint_log"; \
 	wait $$molecule || { status=$$?; echo "the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
-	wait $$vm || { status=$$?; echo "the real-VM path failed:"; }; \
-	cat "$$vm_log"; rm -f "$$vm_log"; \
 	$(SERIAL_REST) || status=$$?; \
 	exit $$status
 
