@@ -265,7 +265,10 @@ def test_a_cross_traffic_window_compares_its_hosts_rounds_inside_and_outside(tmp
     marked = [(r["peer"], r["round"]) for r in result.tables["round_rates"].rows if r["cross_traffic"]]
     assert marked == [("peer-01", 2), ("peer-01", 3), ("peer-02", 2), ("peer-02", 3)]
     report = write_report(result, tmp_path, tmp_path).read_text()
-    assert "- crossed cross:peer-01>peer-02@8s+17s=50: the flow achieved 48.5 Mbit/s; its hosts' rounds: median 25.0" in report  # noqa: E501
+    assert (
+        "- crossed cross:peer-01>peer-02@8s+17s=50: the flow achieved 48.5 Mbit/s; "
+        "its hosts' rounds: median 25.0 Mbit/s inside against 75.0 outside (4 rounds inside, 4 outside)"
+    ) in report
 
 
 def test_without_cross_traffic_the_report_has_no_such_section(analysis, tmp_path):
