@@ -267,6 +267,23 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         "peer-02's rounds inside the cross-traffic window got a lower link rate",
         (inside, outside),
     )
+    # ... and the experiment dashboard's "Egress beside Hivemind's" shows it, queried from the run's
+    # Prometheus as Grafana would (5 s scrapes: a 10 s rate), over the window: peer-02 sent the flow, peer-04
+    # nothing like it
+    dashboard = json.loads((REPO / "dashboards" / "experiment.json").read_text())
+    (expr,) = [
+        t["expr"]
+        for p in dashboard["panels"]
+        if p["title"] == "Egress beside Hivemind's"
+        for t in p["targets"]
+    ]
+    query = expr.replace("$run_id", "e2e-four").replace("$peer", ".+").replace("$__rate_interval", "10s")
+    span = f"[{int(window['healed_at'] - window['applied_at'])}s:1s]"
+    egress = _prometheus(port, f"max_over_time(({query}){span})", window["healed_at"])
+    assert egress.get("peer-02", 0) > 20, egress
+    chance.expect(
+        egress.get("peer-04", 0) < 20, "no other host's egress beside Hivemind's in the window", egress
+    )
 
     # Issue 12: every peer's results name its own settings (vCPUs, quota, threads, link)
     hosts = experiment["hosts"]
