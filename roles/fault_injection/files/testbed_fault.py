@@ -136,19 +136,21 @@ class Host:
         else:
             subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True, check=False)
 
-    def cross_traffic(self, fault: dict) -> dict | None:
-        """Start the window's flow (an iperf3 client to the target at the rate), or, once it has run
-        (``fault["applied_at"]`` set), wait for its end and return what it achieved."""
-        if self._flow is None:
-            seconds = max(1, math.ceil(fault["duration_seconds"]))
-            self._flow = subprocess.Popen(
-                ["iperf3", "--client", fault["target_address"], "--port", str(self.cross_port),
-                 "--time", str(seconds), "--bitrate", f"{fault['rate_mbit']:.6g}M", "--json",
-                 "--connect-timeout", "5000"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            return None
+    def start_flow(self, fault: dict) -> None:
+        """A cross-traffic window's flow: an iperf3 client to its target at its rate, for its duration."""
+        seconds = max(1, math.ceil(fault["duration_seconds"]))
+        self._flow = subprocess.Popen(
+            ["iperf3", "--client", fault["target_address"], "--port", str(self.cross_port),
+             "--time", str(seconds), "--bitrate", f"{fault['rate_mbit']:.6g}M", "--json",
+             "--connect-timeout", "5000"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def finish_flow(self, fault: dict) -> dict:
+        """Wait for the window's flow to end (at most 10 s past its planned end); what it achieved."""
         flow, self._flow = self._flow, None
+        if flow is None:
+            raise RuntimeError("no flow was started")
         planned_end = fault["applied_at"] + fault["duration_seconds"]
         try:
             out, err = flow.communicate(timeout=max(0.0, planned_end - time.time()) + 10)
@@ -220,8 +222,10 @@ def apply(fault: dict, host: Host, on: bool) -> None:
         host.partition(on)
     elif kind == "slow":
         host.slow(fault["rate_mbit"] if on else None)
+    elif kind == "cross" and on:
+        host.start_flow(fault)
     elif kind == "cross":
-        fault.update(host.cross_traffic(fault) or {})
+        fault.update(host.finish_flow(fault))
 
 
 class Stopped(SystemExit):
