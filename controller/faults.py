@@ -31,13 +31,13 @@ _FAULT = re.compile(
     r"^(?P<kind>[a-z_]+):(?P<host>[^@\s]+)@(?P<at>start|[0-9.]+[a-z]*)"
     r"(?:\+(?P<duration>[0-9.]+[a-z]*))?(?:=(?P<rate>[0-9.]+[a-z]*))?$"
 )
-_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_MBIT = {"": 1.0, "mbit": 1.0, "kbit": 1e-3, "gbit": 1e3}
+SECOND_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+MBIT_UNITS = {"": 1.0, "mbit": 1.0, "kbit": 1e-3, "gbit": 1e3}
 SYNTAX = "KIND:HOST@TIME[+DURATION][=RATE] (e.g. kill:peer-03@60s, pause:peer-02@30s+20s, kill:peer-03@start)"
 CHURN_SYNTAX = "mtbf=TIME downtime=TIME [seed=N] [until=TIME] (e.g. mtbf=30s downtime=10s seed=7)"
 
 
-def _number(text: str, units: dict[str, float]) -> float | None:
+def parse_quantity(text: str, units: dict[str, float]) -> float | None:
     match = re.fullmatch(r"([0-9]*\.?[0-9]+)([a-z]*)", text)
     if not match or match[2] not in units:
         return None
@@ -58,15 +58,15 @@ def _parse_one(
     if hosts and host not in hosts:  # no hosts: the settings have other errors, reported already
         problems.append(f"{host} is not in this run (hosts: {', '.join(hosts) or 'none'})")
     before_start = match["at"] == "start"
-    at = 0.0 if before_start else _number(match["at"], _SECONDS)
+    at = 0.0 if before_start else parse_quantity(match["at"], SECOND_UNITS)
     if before_start and kind != "kill":
         problems.append("only a kill can happen @start (before the start barrier)")
     if before_start and host == bootstrap:
         problems.append(f"{host} is the bootstrap peer (the others join through it): no kill @start")
     if kind == "restart" and host == bootstrap and strategy != "diloco":  # DiLoCo rejoins via the Lighthouse
         problems.append(f"{host} is the bootstrap peer: restarted, it would have nobody to rejoin through")
-    duration = _number(match["duration"], _SECONDS) if match["duration"] else None
-    rate = _number(match["rate"], _MBIT) if match["rate"] else None
+    duration = parse_quantity(match["duration"], SECOND_UNITS) if match["duration"] else None
+    rate = parse_quantity(match["rate"], MBIT_UNITS) if match["rate"] else None
     if at is None:
         problems.append(f"time {match['at']!r} is not seconds like 60, 60s or 1.5m")
     if match["duration"] and not duration:
@@ -105,9 +105,12 @@ def testbed_faults(
     churn: Any = None,
     min_peers: int = 0,
     experiment_id: str = "",
+    cross_traffic: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``{"faults": [...], "churn": {...} or None, "errors": [...]}`` for the ``faults`` and ``churn``
-    variables (None or '' for none). ``churn`` adds its drawn restarts (``churn_schedule``) to the faults.
+    variables (None or '' for none). ``churn`` adds its drawn restarts (``churn_schedule``) to the faults,
+    ``cross_traffic`` the windows of controller/cross_traffic.py (faults of kind ``cross``, dilated and
+    checked here with the others).
 
     ``dht_host``: the host of a DHT-only bootstrap node; None when the first peer bootstraps (and so must not
     be killed before the others joined it). ``time_dilation``: D of the run (controller/plan.py): the spec's
@@ -161,7 +164,7 @@ host)']
     specs = [s for s in re.split(r"[,\s]+", str(text or "").strip()) if s]
     bootstrap = hosts[0] if hosts and dht_host is None else None
     parsed = (_parse_one(spec, hosts, errors, bootstrap, strategy) for spec in specs)
-    faults = [f for f in parsed if f is not None]
+    faults = [f for f in parsed if f is not None] + list(cross_traffic or [])
     schedule = None
     if churn not in (None, "") and strategy == "baseline":
         errors.append("churn: a baseline run has one host: nobody leaves and rejoins")
@@ -174,7 +177,7 @@ host)']
         faults += schedule["restarts"] if schedule else []
     if time_dilation != 1:
         faults = [_dilated(fault, time_dilation) for fault in faults]
-    if specs and strategy == "baseline":
+    if specs and strategy == "baseline":  # (cross traffic there is refused by its missing target)
         errors.append(
             "faults: a baseline run has one host and nobody to fail against (hivemind, ddp, zero, ...)"
         )
@@ -189,7 +192,8 @@ host)']
     for fault in faults:
         end = fault["at_seconds"] + (fault["duration_seconds"] or 0.0)
         if end >= float(run_timeout):
-            errors.append(f"faults: {fault['spec']} ends after the run_timeout of {run_timeout:g} s")
+            variable = "cross_traffic" if fault["kind"] == "cross" else "faults"
+            errors.append(f"{variable}: {fault['spec']} ends after the run_timeout of {run_timeout:g} s")
     by_host: dict[str, list[dict[str, Any]]] = {}
     for fault in sorted(faults, key=lambda f: f["at_seconds"]):
         for earlier in by_host.get(fault["host"], []):
@@ -223,7 +227,7 @@ def _churn_settings(churn: Any, errors: list[str]) -> dict[str, Any] | None:
         if name == "seed":
             settings[name] = int(value) if re.fullmatch(r"[0-9]+", value) else None
         elif name in ("mtbf", "downtime", "until"):
-            settings[name] = _number(value, _SECONDS)
+            settings[name] = parse_quantity(value, SECOND_UNITS)
         else:
             errors.append(f"churn: unknown setting {name!r} ({CHURN_SYNTAX})")
             return None

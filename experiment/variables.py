@@ -378,6 +378,14 @@ VARIABLES: tuple[Variable, ...] = (
         "Hivemind: peers leave and rejoin at random, mtbf=TIME downtime=TIME [seed=N] [until=TIME]",
         defines_setting=True,
     ),
+    Variable(
+        "cross_traffic",
+        "str",
+        None,
+        "bulk TCP flows between hosts during the run, SOURCE>TARGET@TIME+DURATION=RATE, comma-separated "
+        "(iperf3; docs/network.md)",
+        defines_setting=True,
+    ),
 )
 
 BY_NAME: dict[str, Variable] = {variable.name: variable for variable in VARIABLES}

@@ -25,7 +25,7 @@ mirror=${DEBIAN_MIRROR:-$(host_mirror)}
 [ -n "$mirror" ] || { echo "[build-image] no Debian mirror in the host's apt sources: set DEBIAN_MIRROR" >&2; exit 2; }
 # Debian packages baked into the node image so that runs do not apt-install them in every container.
 node_packages=(python3-venv python3-pip fuse3 ceph-fuse ceph-common ceph-mon ceph-mgr ceph-osd ceph-mds
-  prometheus prometheus-node-exporter nfs-common iptables)
+  prometheus prometheus-node-exporter nfs-common iptables iperf3)
 # The host's CA bundle, mounted beside (not over) the image's own so that pip trusts the same proxies as the host.
 build_ca=/etc/testbed-build-ca.crt
 

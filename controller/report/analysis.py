@@ -40,6 +40,7 @@ from controller.report.metrics import (
     wall_seconds,
 )
 from controller.report.network import (
+    cross_traffic_table,
     link_rates_table,
     network_table,
     network_thresholds_table,
@@ -96,6 +97,7 @@ def analyse(
     analysis.tables["network_thresholds"] = network_thresholds_table(analysis.tables["network"].rows)
     analysis.tables["link_rates"] = link_rates_table(analysis)
     analysis.tables["round_rates"] = round_rates_table(analysis)
+    analysis.tables["cross_traffic"] = cross_traffic_table(analysis)
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = preprocessing_table(analysis, rows)

@@ -26,7 +26,7 @@ from controller.report.effects import effect_verdicts
 from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import Analysis
 from controller.report.metrics import __doc__ as DEFINITIONS
-from controller.report.network import link_rate_lines, preprocessing_factors
+from controller.report.network import cross_traffic_lines, link_rate_lines, preprocessing_factors
 from controller.report.timeouts import recommendation_lines
 
 _BANDWIDTH = re.compile(
@@ -253,6 +253,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         _section(analysis, "network_thresholds", heading=False),
         _section(analysis, "network", heading=False),
         *link_rate_lines(analysis.tables["link_rates"]),
+        *cross_traffic_lines(analysis.tables["cross_traffic"]),
         "## Faults on purpose (throughput per peer; shaded: each fault's window, dashed: a kill)",
         "",
         *(f"![{path.stem}]({path.name})" for path in faults),

@@ -138,6 +138,7 @@ class Experiment:
             else ""
         )
         churn = " churn" if s.get("churn") else ""
+        churn += " cross" if s.get("cross_traffic") else ""
         compression = f" {s['compression']}" if s.get("compression") not in (None, "none") else ""
         return f"{self.peer_count}p tbs{s.get('target_batch_size')}{lu}{link}{timeouts}{compression}{churn}"
 
@@ -277,6 +278,8 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
         for name in ("applied_seconds", "healed_seconds"):  # from the barrier's release: durations
             if record.get(name) is not None:
                 record[name] = float(record[name]) / factor
+        if record.get("achieved_mbit") is not None:  # a cross-traffic flow's rate (iperf3)
+            record["achieved_mbit"] = float(record["achieved_mbit"]) * factor
         return record
 
     def rejoin(record: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from controller.report.data import Experiment
+from controller.report.faults import fault_windows
 from controller.report.metrics import (
     Analysis,
     Table,
@@ -196,14 +197,27 @@ def _counted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _cross_windows(e: Experiment) -> list[dict[str, Any]]:
+    """The run's applied cross-traffic windows (faults of kind cross), with their end (healed_at)."""
+    return [w for w in fault_windows(e) if w["kind"] == "cross" and w.get("healed_at") is not None]
+
+
+def _inside(row: dict[str, Any], window: dict[str, Any]) -> bool:
+    """Whether the round ended inside the window, on one of its two hosts."""
+    return float(window["applied_at"]) <= row["timestamp"] <= float(window["healed_at"])
+
+
 def round_rates_table(analysis: Analysis) -> Table:
     """Every counted round's bytes and link rate (modelled Mbit/s: the bytes this peer's Hivemind traffic sent
     during the all-reduce, over its modelled seconds), against the peer's shaped rate; ``under_half`` marks a
-    round that got less than half of it."""
+    round that got less than half of it, ``cross_traffic`` one that ended inside a cross-traffic window from
+    or to its peer (None: the run had none)."""
     table = []
     for e in analysis.experiments:
+        windows = _cross_windows(e)
         for peer in e.peers:
             shaped = shaped_mbit(e, peer.name)
+            mine = [w for w in windows if peer.name in (w["host"], w.get("target"))]
             for r in _counted(peer.rounds):
                 rate = r["sent_mbit_per_second"]
                 table.append(
@@ -213,9 +227,10 @@ def round_rates_table(analysis: Analysis) -> Table:
                         **{name: r.get(name) for name in ROUND_RATE_FIELDS},
                         "shaped_mbit": shaped,
                         "under_half": None if shaped is None else rate < shaped / 2,
+                        "cross_traffic": any(_inside(r, w) for w in mine) if windows else None,
                     }
                 )
-    columns = ("experiment_id", "peer", *ROUND_RATE_FIELDS, "shaped_mbit", "under_half")
+    columns = ("experiment_id", "peer", *ROUND_RATE_FIELDS, "shaped_mbit", "under_half", "cross_traffic")
     return make_table("round_rates", "Link rate per round", table, columns)
 
 
@@ -255,6 +270,57 @@ def link_rates_table(analysis: Analysis) -> Table:
                 }
             )
     return make_table("link_rates", "Link rate per peer (Hivemind's all-reduces, modelled Mbit/s)", table)
+
+
+def cross_traffic_table(analysis: Analysis) -> Table:
+    """Per applied cross-traffic window: its planned and achieved rate (iperf3's, modelled Mbit/s) and the
+    link rate of the ok rounds of its two hosts that ended inside it against those outside it (median,
+    modelled Mbit/s): what sharing the link cost Hivemind's all-reduces."""
+    table = []
+    for e in analysis.experiments:
+        for window in _cross_windows(e):
+            hosts = (window["host"], window["target"])
+            rounds = [r for peer in e.peers if peer.name in hosts for r in _counted(peer.rounds)]
+            inside = [r["sent_mbit_per_second"] for r in rounds if _inside(r, window)]
+            outside = [r["sent_mbit_per_second"] for r in rounds if not _inside(r, window)]
+            table.append(
+                {
+                    "experiment_id": e.experiment_id,
+                    "window": window["spec"],
+                    "rate_mbit": window.get("rate_mbit"),
+                    "achieved_mbit": window.get("achieved_mbit"),
+                    "rounds_inside": len(inside),
+                    "median_mbit_inside": statistics.median(inside) if inside else None,
+                    "rounds_outside": len(outside),
+                    "median_mbit_outside": statistics.median(outside) if outside else None,
+                }
+            )
+    return make_table(
+        "cross_traffic", "Cross traffic: its hosts' link rate per round inside and outside", table
+    )
+
+
+def cross_traffic_lines(table: Table) -> list[str]:
+    """report.md's lines on the cross-traffic windows (none: nothing)."""
+    if not table.rows:
+        return []
+    lines = ["### Cross traffic", ""]
+    for row in table.rows:
+        inside, outside = row["median_mbit_inside"], row["median_mbit_outside"]
+        achieved = row["achieved_mbit"]
+        counts = f"{row['rounds_inside']} rounds inside, {row['rounds_outside']} outside"
+        compared = (
+            f"its hosts' rounds: median {inside:.1f} Mbit/s inside against {outside:.1f} outside ({counts})"
+            if inside is not None and outside is not None
+            else f"too few counted rounds to compare ({counts})"
+        )
+        flow = (
+            f"the flow achieved {achieved:.1f} Mbit/s"
+            if achieved is not None
+            else "the flow's rate is unknown"
+        )
+        lines.append(f"- {row['experiment_id']} {row['window']}: {flow}; {compared}")
+    return [*lines, "", f"Table `cross_traffic.csv`:\n\n{table.markdown()}\n"]
 
 
 def link_rate_lines(table: Table) -> list[str]:

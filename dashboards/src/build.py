@@ -460,6 +460,23 @@ def experiment() -> dict[str, Any]:
             unit="Mbits",
             minimum=0,
         ),
+        timeseries(
+            "Egress beside Hivemind's",
+            "Mbit/s each peer's host sent besides its Hivemind traffic: cross traffic (-e cross_traffic, "
+            "docs/network.md), the bandwidth probe, scrapes, storage. The node exporter's interface counters "
+            "minus the firewall's Hivemind count: a cross-traffic window shows as a step on its source host. "
+            "Measured, as above.",
+            targets(
+                (
+                    "8 * (sum by (peer) (rate(node_network_transmit_bytes_total"
+                    f'{{peer=~"$peer", device!="lo"}}[{RATE}])) - sum by (peer) '
+                    f'(rate(trainer_averaging_bytes_total{{{TRAINER}, direction="sent"}}[{RATE}]))) / 1e6',
+                    "{{peer}}",
+                )
+            ),
+            unit="Mbits",
+            minimum=0,
+        ),
     ]
     variables = [
         query_variable("run_id", "Run", "label_values(trainer_run_info, run_id)", multi=False),

@@ -75,6 +75,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.local_cluster",
         "controller.calibration",
         "controller.faults",
+        "controller.cross_traffic",
         "controller.names",
         "controller.summary",
         "controller.report.breakdown",

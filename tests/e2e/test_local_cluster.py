@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import subprocess
 import threading
 import time
@@ -175,6 +176,8 @@ def four_peers(tmp_path_factory, local_cluster) -> SharedRun:
         "experiment_id": "e2e-four",
         "testbed_monitor_publish": [f"127.0.0.1:{prometheus_port}:9090", f"127.0.0.1:{free_port()}:3000"],
         "dht_bootstrap": "monitor",
+        # issue 55: 60 Mbit/s of cross traffic on peer-02's 100 Mbit/s uplink, while the peers train
+        "cross_traffic": "peer-02>peer-03@2s+10s=60mbit",
     }
     arguments = [*inventory, *extra_vars(results_root=str(root / "results"), **settings)]
     with pytest.MonkeyPatch.context() as patch:
@@ -246,6 +249,41 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         query = f'max_over_time(trainer_averaging_bytes_total{{peer="{peer}",direction="sent"}}{span})'
         exported = _prometheus(port, query, min(at, float(steps[-1]["timestamp"]) + 30))
         chance.expect(exported.get(peer, 0) > 0, f"Prometheus scraped {peer}'s averaging bytes", exported)
+
+    # Issue 55, cross traffic: peer-02's agent sent iperf3's flow to peer-03's (served by peer-03's agent)
+    # for the window, through the firewall's cross-traffic port; what the flow achieved is recorded, and
+    # whether peer-02's rounds inside the window got less of the link than those outside (a measurement)
+    (window,) = [fault for fault in experiment["faults"] if fault["kind"] == "cross"]
+    assert (window["host"], window["target"], window["status"]) == ("peer-02", "peer-03", "healed"), window
+    assert 10 < window["achieved_mbit"] <= 66 and window["sent_bytes"] > 0, window
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for r in _rows(results / "peer-02" / "rounds.csv"):
+        if r["outcome"] == "ok" and r["sent_mbit_per_second"]:
+            within = window["applied_at"] <= float(r["timestamp"]) <= window["healed_at"]
+            rates[within].append(float(r["sent_mbit_per_second"]))
+    inside, outside = rates[True], rates[False]
+    chance.expect(
+        inside and outside and statistics.median(inside) < statistics.median(outside),
+        "peer-02's rounds inside the cross-traffic window got a lower link rate",
+        (inside, outside),
+    )
+    # ... and the experiment dashboard's "Egress beside Hivemind's" shows it, queried from the run's
+    # Prometheus as Grafana would (5 s scrapes: a 10 s rate), over the window: peer-02 sent the flow, peer-04
+    # nothing like it
+    dashboard = json.loads((REPO / "dashboards" / "experiment.json").read_text())
+    (expr,) = [
+        t["expr"]
+        for p in dashboard["panels"]
+        if p["title"] == "Egress beside Hivemind's"
+        for t in p["targets"]
+    ]
+    query = expr.replace("$run_id", "e2e-four").replace("$peer", ".+").replace("$__rate_interval", "10s")
+    span = f"[{int(window['healed_at'] - window['applied_at'])}s:1s]"
+    egress = _prometheus(port, f"max_over_time(({query}){span})", window["healed_at"])
+    assert egress.get("peer-02", 0) > 20, egress
+    chance.expect(
+        egress.get("peer-04", 0) < 20, "no other host's egress beside Hivemind's in the window", egress
+    )
 
     # Issue 12: every peer's results name its own settings (vCPUs, quota, threads, link)
     hosts = experiment["hosts"]

@@ -80,6 +80,22 @@ def _load_validation():
             ],
         ),
         (
+            # cross traffic (issue 55): a host not in the run, a window past the run's end, a rate above the
+            # link, a window without its rate
+            {
+                "peers": 4,
+                "bandwidth_mbit": 100,
+                "cross_traffic": "peer-02>peer-09@10s+5s=50,peer-01>peer-02@3590s+60s=50 "
+                "peer-03>peer-04@10s+5s=500mbit,peer-04>peer-01@10s+5s",
+            },
+            [
+                "cross_traffic: peer-02>peer-09@10s+5s=50: peer-09 is not in this run",
+                "cross_traffic: cross:peer-01>peer-02@3590s+60s=50 ends after the run_timeout of 3600 s",
+                "cross_traffic: peer-03>peer-04@10s+5s=500mbit: 500 Mbit/s is above peer-03's link (100 Mbit/s)",  # noqa: E501
+                "cross_traffic: peer-04>peer-01@10s+5s: needs a rate (=400mbit)",
+            ],
+        ),
+        (
             {"strategy": "baseline", "faults": "restart:peer-01@5s+5s"},
             "faults: a baseline run has one host and nobody to fail against",
         ),

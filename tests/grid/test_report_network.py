@@ -232,3 +232,45 @@ def test_a_dilated_runs_round_rates_are_modelled():
     # the all-reduce took a quarter of its time on the modelled machine: four times the rate, the same bytes
     assert (row["allreduce_seconds"], row["sent_mbit_per_second"]) == (2.0, 40.0)
     assert row["sent_bytes"] == peers[0].rounds[0]["sent_bytes"]
+
+
+def test_a_cross_traffic_window_compares_its_hosts_rounds_inside_and_outside(tmp_path):
+    """Issue #55: the rounds of a cross-traffic window's two hosts that ended inside it against the others,
+    and the flow's achieved rate; a host outside the window is not counted."""
+    steps = _steps(0.1, 0.1)
+
+    def rounds(rates: list[float]) -> list[dict]:
+        return [{**_round(n + 1, rate), "timestamp": 100.0 + 10 * n} for n, rate in enumerate(rates)]
+
+    # rounds end at 100, 110, 120, 130: the window covers 108-125 (the second and third)
+    peers = [
+        PeerRun("peer-01", steps, rounds([80.0, 20.0, 30.0, 90.0]), True),
+        PeerRun("peer-02", steps, rounds([70.0, 40.0, 10.0, 60.0]), True),
+        PeerRun("peer-03", steps, rounds([5.0, 5.0, 5.0, 5.0]), True),
+    ]
+    window = {
+        "spec": "cross:peer-01>peer-02@8s+17s=50", "kind": "cross", "host": "peer-01", "target": "peer-02",
+        "status": "healed", "rate_mbit": 50.0, "achieved_mbit": 48.5, "applied_at": 108.0, "healed_at": 125.0,
+        "applied_seconds": 8.0, "healed_seconds": 25.0,
+    }  # fmt: skip
+    settings = {"strategy": "hivemind", "peers": 3, "model": "smallcnn", "cross_traffic": "peer-01>peer-02"}
+    crossed = Experiment("crossed", Path("crossed"), settings, True, peers, faults=[window])
+    result = analyse([crossed], target_loss=None, bandwidth=None)
+
+    (row,) = result.tables["cross_traffic"].rows
+    assert (row["rounds_inside"], row["rounds_outside"]) == (4, 4)
+    assert row["median_mbit_inside"] == pytest.approx(25.0)  # 20, 30, 40, 10
+    assert row["median_mbit_outside"] == pytest.approx(75.0)  # 80, 90, 70, 60
+    assert row["achieved_mbit"] == 48.5
+    marked = [(r["peer"], r["round"]) for r in result.tables["round_rates"].rows if r["cross_traffic"]]
+    assert marked == [("peer-01", 2), ("peer-01", 3), ("peer-02", 2), ("peer-02", 3)]
+    report = write_report(result, tmp_path, tmp_path).read_text()
+    assert (
+        "- crossed cross:peer-01>peer-02@8s+17s=50: the flow achieved 48.5 Mbit/s; "
+        "its hosts' rounds: median 25.0 Mbit/s inside against 75.0 outside (4 rounds inside, 4 outside)"
+    ) in report
+
+
+def test_without_cross_traffic_the_report_has_no_such_section(analysis, tmp_path):
+    assert analysis.tables["cross_traffic"].rows == []
+    assert "### Cross traffic" not in write_report(analysis, tmp_path, tmp_path).read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,13 +40,13 @@ def namespace():
         subprocess.run(["ip", "netns", "del", NAMESPACE], check=False)
 
 
-def _agent_in_namespace(faults: list, started: Path, timeline: Path, *, peers: str, timeout: int):
+def _agent_in_namespace(faults: list, started: Path, timeline: Path, *extra: str, peers: str, timeout: int):
     """The agent, started in the test's namespace against a unit that does not exist (only the network
     faults act)."""
     return subprocess.Popen(
         ["ip", "netns", "exec", NAMESPACE, sys.executable, str(AGENT), "--faults", json.dumps(faults),
          "--started", str(started), "--unit", "no-such-unit.service", "--address", "10.77.0.1",
-         "--peers", peers, "--timeline", str(timeline), "--timeout", str(timeout)],
+         "--peers", peers, "--timeline", str(timeline), "--timeout", str(timeout), *extra],
     )  # fmt: skip
 
 
@@ -132,3 +133,52 @@ def test_stopped_at_the_end_of_the_run_it_heals_the_fault_under_way_and_skips_th
     recorded = json.loads(timeline.read_text())
     assert [f["status"] for f in recorded["faults"]] == ["healed", "skipped"], recorded
     assert "over before the fault was due" in recorded["faults"][1]["detail"]
+
+
+def _wait_for(timeline: Path, statuses: list[str], seconds: float) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if timeline.exists():
+            recorded = json.loads(timeline.read_text())
+            if [f["status"] for f in recorded["faults"]] == statuses:
+                return recorded
+        time.sleep(0.1)
+    raise AssertionError(f"timeline never reached {statuses}: {timeline.read_text()}")
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (make apt)")
+def test_a_cross_traffic_window_sends_at_its_rate_for_its_duration(namespace, tmp_path):
+    """Cross traffic (controller/cross_traffic.py): the source's agent runs an iperf3 flow at the window's
+    rate for its duration and records what it achieved; the target's agent serves iperf3 (here the same
+    agent, sending to its own address). A window whose target does not answer fails with iperf3's reason."""
+    in_namespace("ip", "link", "set", "lo", "up")  # the flow to the namespace's own address
+    port = "5299"
+    faults = [
+        {"spec": "cross:h>h@0.3s+2s=40", "kind": "cross", "at_seconds": 0.3, "duration_seconds": 2.0,
+         "rate_mbit": 40.0, "target_address": "10.77.0.1"},
+        {"spec": "cross:h>x@3s+1s=40", "kind": "cross", "at_seconds": 3.0, "duration_seconds": 1.0,
+         "rate_mbit": 40.0, "target_address": "10.77.0.9"},
+    ]  # fmt: skip
+    started, timeline = tmp_path / "started.json", tmp_path / "timeline.json"
+    agent = _agent_in_namespace(
+        faults, started, timeline, "--cross-traffic-port", port, "--serve-cross-traffic", "true",
+        peers="", timeout=60,
+    )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        _release_barrier(started)
+        recorded = _wait_for(timeline, ["healed", "failed"], 30)
+        # the target serves for as long as the agent runs, until the run is over
+        assert str(port) in in_namespace("ss", "-ltn"), "no iperf3 server"
+        agent.terminate()
+        assert agent.wait(timeout=15) == 0
+    finally:
+        agent.kill()
+    window, unreachable = recorded["faults"]
+    assert 30.0 < window["achieved_mbit"] <= 44.0, window
+    assert window["sent_bytes"] > 0.7 * 40e6 / 8 * 2, window
+    assert window["healed_seconds"] - window["applied_seconds"] >= 1.9, window
+    assert unreachable["status"] == "failed", unreachable
+    assert unreachable["detail"].startswith("heal: iperf3: unable to connect"), unreachable
+    assert port not in in_namespace("ss", "-ltn"), "the iperf3 server outlived the agent"

@@ -253,6 +253,7 @@ variable "ports" {
     grafana         = optional(number, 3000)
     data_parallel   = optional(number, 29500)
     netprobe        = optional(number, 5201)
+    cross_traffic   = optional(number, 5202)
     lighthouse      = optional(number, 29510)
     gloo            = optional(string, "32768:60999")
   })

@@ -13,13 +13,16 @@ to the other peers' addresses: nothing the peer sends reaches them, so no connec
 (the interface's root qdisc replaced by tbf at the rate; the qdisc before it restored at the end), restart
 (SIGKILL, and after the downtime the unit started again: the agent writes rejoin.json beside started.json
 first, which tells the trainer to rejoin the running collaboration and append to its results, and keeps the
-killed incarnation's trainer.log as trainer.<incarnation>.log).
+killed incarnation's trainer.log as trainer.<incarnation>.log), cross (a bulk TCP flow to another host at a
+rate for the window: an iperf3 client, whose achieved rate and bytes are recorded at the end; the target
+host's agent serves iperf3 on the same port, --serve-cross-traffic, for as long as it runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -49,6 +52,8 @@ class Host:
         self.seen_active = False
         self._saved_qdisc: str | None = None
         self.incarnation = 1
+        self.cross_port = 0
+        self._flow: subprocess.Popen | None = None
 
     def active(self) -> bool:
         state = subprocess.run(
@@ -131,6 +136,41 @@ class Host:
         else:
             subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True, check=False)
 
+    def start_flow(self, fault: dict) -> None:
+        """A cross-traffic window's flow: an iperf3 client to its target at its rate, for its duration."""
+        seconds = max(1, math.ceil(fault["duration_seconds"]))
+        self._flow = subprocess.Popen(
+            ["iperf3", "--client", fault["target_address"], "--port", str(self.cross_port),
+             "--time", str(seconds), "--bitrate", f"{fault['rate_mbit']:.6g}M", "--json",
+             "--connect-timeout", "5000"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def finish_flow(self, fault: dict) -> dict:
+        """Wait for the window's flow to end (at most 10 s past its planned end); what it achieved."""
+        flow, self._flow = self._flow, None
+        if flow is None:
+            raise RuntimeError("no flow was started")
+        planned_end = fault["applied_at"] + fault["duration_seconds"]
+        try:
+            out, err = flow.communicate(timeout=max(0.0, planned_end - time.time()) + 10)
+        except subprocess.TimeoutExpired:
+            flow.kill()
+            out, err = flow.communicate()
+        try:
+            report = json.loads(out)
+        except ValueError:
+            report = {}
+        if report.get("error") or flow.returncode != 0:
+            raise RuntimeError(f"iperf3: {report.get('error') or err.strip() or flow.returncode}")
+        sent = report["end"]["sum_sent"]
+        return {"sent_bytes": int(sent["bytes"]), "achieved_mbit": round(sent["bits_per_second"] / 1e6, 3)}
+
+    def end_flow(self) -> None:
+        """Kill a cross-traffic flow still running (the agent is stopped)."""
+        if self._flow is not None and self._flow.poll() is None:
+            self._flow.kill()
+
     def _shaped_class(self) -> bool:
         """Whether the saved qdiscs are role link_shaping's htb (class 1:10 carries the cluster's traffic)."""
         return bool(re.search(r"qdisc htb 1: root", self._saved_qdisc or ""))
@@ -182,6 +222,10 @@ def apply(fault: dict, host: Host, on: bool) -> None:
         host.partition(on)
     elif kind == "slow":
         host.slow(fault["rate_mbit"] if on else None)
+    elif kind == "cross" and on:
+        host.start_flow(fault)
+    elif kind == "cross":
+        fault.update(host.finish_flow(fault))
 
 
 class Stopped(SystemExit):
@@ -199,14 +243,32 @@ def run(args: argparse.Namespace) -> int:
     faults = sorted(json.loads(args.faults), key=lambda f: f["at_seconds"])
     started_json = Path(args.started)
     host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p], started_json.parent)
+    launched = time.time()
+    host.cross_port = args.cross_traffic_port
     timeline = Timeline(Path(args.timeline), faults)
     timeline.save()
+    # the target of another host's cross traffic: its iperf3 server, for as long as the agent runs
+    server = None
+    if args.serve_cross_traffic:
+        server = subprocess.Popen(
+            ["iperf3", "--server", "--bind", args.address, "--port", str(args.cross_traffic_port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
     try:
-        return _inject(args, host, started_json, timeline)
+        done = _inject(args, host, started_json, timeline)
+        # a target serves until its trainer ends (or the collect step stops the agent)
+        while server is not None and not host.ended() and time.time() < launched + args.timeout:
+            time.sleep(POLL_SECONDS)
+        return done
     except Stopped:
         for entry in [f for f in timeline.document["faults"] if f["status"] == "planned"]:
             timeline.note(entry, status="skipped", detail="the run was over before the fault was due")
         return 0
+    finally:
+        host.end_flow()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
 
 
 def _inject(args: argparse.Namespace, host: Host, started_json: Path, timeline: Timeline) -> int:
@@ -275,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default="", help="the other peers' cluster addresses, comma-separated")
     parser.add_argument("--timeline", required=True)
     parser.add_argument("--timeout", type=float, required=True, help="give up waiting after this many s")
+    parser.add_argument("--cross-traffic-port", type=int, default=5202, help="iperf3's port (cross traffic)")
+    parser.add_argument(
+        "--serve-cross-traffic",
+        type=lambda text: text == "true",
+        default=False,
+        help="true: serve iperf3 (another host sends cross traffic here)",
+    )
     signal.signal(signal.SIGTERM, _stop)
     return run(parser.parse_args(argv))
 

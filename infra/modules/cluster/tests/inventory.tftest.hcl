@@ -62,6 +62,7 @@ run "eight_peers" {
         grafana         = 3000
         data_parallel   = 29500
         netprobe        = 5201
+        cross_traffic   = 5202
         lighthouse      = 29510
         gloo            = "32768:60999"
       }
