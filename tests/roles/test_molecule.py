@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,16 +41,8 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _molecule_test(scenario: str, seconds: dict[str, float]) -> subprocess.CompletedProcess:
+def _molecule_test(scenario: str) -> subprocess.CompletedProcess:
     role, name = scenario.split("/")
-    started = time.monotonic()
-    try:
-        return _run_molecule(role, name)
-    finally:
-        seconds[scenario] = time.monotonic() - started
-
-
-def _run_molecule(role: str, name: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "molecule"), "test", "--scenario-name", name],
         cwd=ROLES / role,
@@ -74,21 +65,11 @@ def molecule_runs(request):
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_molecule_scenario"
     ]
-    seconds: dict[str, float] = {}
     with ThreadPoolExecutor(max_workers=int(os.environ.get("MOLECULE_PARALLEL", "3"))) as pool:
-        runs: dict[str, Future] = {
-            scenario: pool.submit(_molecule_test, scenario, seconds) for scenario in selected
-        }
+        runs: dict[str, Future] = {scenario: pool.submit(_molecule_test, scenario) for scenario in selected}
         yield runs
         for future in runs.values():
             future.cancel()
-    # each scenario's wall time, a few running at once (what to look at when the pass grows)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and seconds:
-        timings = ", ".join(
-            f"{name} {took:.0f} s" for name, took in sorted(seconds.items(), key=lambda i: -i[1])
-        )
-        reporter.write_line(f"Molecule scenarios: {timings}")
 
 
 def test_scenarios_are_discovered() -> None:
