@@ -243,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
     faults = sorted(json.loads(args.faults), key=lambda f: f["at_seconds"])
     started_json = Path(args.started)
     host = Host(args.unit, args.address, [p for p in args.peers.split(",") if p], started_json.parent)
+    # a release counts from here on; the timeline written next tells the role the agent is watching
     launched = time.time()
     host.cross_port = args.cross_traffic_port
     timeline = Timeline(Path(args.timeline), faults)
@@ -255,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
     try:
-        done = _inject(args, host, started_json, timeline)
+        done = _inject(args, host, started_json, timeline, launched)
         # a target serves until its trainer ends (or the collect step stops the agent)
         while server is not None and not host.ended() and time.time() < launched + args.timeout:
             time.sleep(POLL_SECONDS)
@@ -271,8 +272,10 @@ def run(args: argparse.Namespace) -> int:
             server.wait(timeout=10)
 
 
-def _inject(args: argparse.Namespace, host: Host, started_json: Path, timeline: Timeline) -> int:
-    launched, deadline = time.time(), time.time() + args.timeout
+def _inject(
+    args: argparse.Namespace, host: Host, started_json: Path, timeline: Timeline, launched: float
+) -> int:
+    deadline = launched + args.timeout
     for entry in [f for f in timeline.document["faults"] if f.get("before_start")]:
         # kill@start: as soon as the trainer runs, before the start barrier can release
         while not host.active() and time.time() < deadline:
