@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,8 +42,16 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _molecule_test(scenario: str) -> subprocess.CompletedProcess:
+def _molecule_test(scenario: str, seconds: dict[str, float]) -> subprocess.CompletedProcess:
     role, name = scenario.split("/")
+    started = time.monotonic()
+    try:
+        return _molecule(role, name)
+    finally:
+        seconds[scenario] = time.monotonic() - started
+
+
+def _molecule(role: str, name: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "molecule"), "test", "--scenario-name", name],
         cwd=ROLES / role,
@@ -65,11 +74,26 @@ def molecule_runs(request):
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_molecule_scenario"
     ]
+    seconds: dict[str, float] = {}
     with ThreadPoolExecutor(max_workers=int(os.environ.get("MOLECULE_PARALLEL", "3"))) as pool:
-        runs: dict[str, Future] = {scenario: pool.submit(_molecule_test, scenario) for scenario in selected}
+        runs: dict[str, Future] = {s: pool.submit(_molecule_test, s, seconds) for s in selected}
         yield runs
         for future in runs.values():
             future.cancel()
+    _print_wall_times(request.config, seconds)
+
+
+def _print_wall_times(config: pytest.Config, seconds: dict[str, float]) -> None:
+    """Each scenario's wall time, slowest first, on the terminal (past pytest's capture of fixture output)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not seconds:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line("")
+        reporter.write_line(f"Molecule scenarios' wall times ({len(seconds)}, a few at a time):")
+        for scenario, wall in sorted(seconds.items(), key=lambda item: -item[1]):
+            reporter.write_line(f"  {wall:7.1f} s  {scenario}")
 
 
 def test_scenarios_are_discovered() -> None:
