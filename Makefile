@@ -84,20 +84,22 @@ pytest: setup
 	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-# `make test`: the linters and the Molecule scenarios run beside the parallel pass (none of them times
-# anything; the scenarios mostly wait on containers and apt, which left the two cores partly idle), their
-# output shown once all are done; then the rest of the serial pass, with nothing beside it (its tests time
-# things or train dilated peers). Any part failing fails.
+# `make test`: the linters, and the local images' build followed by the Molecule scenarios, run beside the
+# parallel pass (none of them times anything; the build mostly writes the image's layer and the scenarios
+# mostly wait on containers, which left the two cores partly idle), their output shown once all are done;
+# then the rest of the serial pass, with nothing beside it (its tests time things or train dilated peers, and
+# need the images). Any part failing fails. The images are built as `make image` does (nothing to do when
+# they are current).
 MOLECULE_PASS := pytest -m molecule tests/roles/test_molecule.py
 SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" tests/
-test: setup
+test: apt cgroups venv infra-setup
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
-	$(MOLECULE_PASS) > "$$molecule_log" 2>&1 & molecule=$$!; \
+	{ scripts/build-image.sh all && $(MOLECULE_PASS); } > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
 	cat "$$lint_log"; rm -f "$$lint_log"; \
-	wait $$molecule || { status=$$?; echo "the Molecule scenarios failed:"; }; \
+	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
 	$(SERIAL_REST) || status=$$?; \
 	exit $$status
