@@ -1,4 +1,5 @@
-"""All-reduce among peers on shaped links: Hivemind's butterfly all-reduce and torch.distributed gloo.
+"""All-reduce among peers on shaped links: Hivemind's butterfly all-reduce, torch.distributed gloo and
+OpenMPI's algorithms (allreduce_mpi.py).
 
 ``run_collective`` (for the benchmarks averaging_bound.py and allreduce_micro.py) starts one worker process
 per peer, each in its own network namespace of a :class:`ShapedNamespaces` (shaped_netns.py), and returns
@@ -27,9 +28,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import allreduce_mpi  # noqa: E402
 from benchmarks.shaped_netns import ShapedNamespaces  # noqa: E402
 
-IMPLEMENTATIONS = ("hivemind", "gloo")
+TORCH_IMPLEMENTATIONS = ("hivemind", "gloo")  # this file's workers; the MPI ones are allreduce_mpi.py's
+IMPLEMENTATIONS = (*TORCH_IMPLEMENTATIONS, *allreduce_mpi.ALGORITHMS)
 GLOO_PORT = 29517
 
 
@@ -52,6 +55,11 @@ def run_collective(
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in work_dir.glob("rank-*"):
         stale.unlink()
+    if impl in allreduce_mpi.ALGORITHMS:
+        with ShapedNamespaces(peers=peers, rate_mbit=rate_mbit) as net:
+            status = allreduce_mpi.launch(impl, net, sizes, rounds, work_dir, timeout)
+            qdiscs = net.qdiscs()
+        return _results(impl, peers, work_dir, qdiscs, failed=[] if status == 0 else [0])
     with ShapedNamespaces(peers=peers, rate_mbit=rate_mbit) as net:
         processes = []
         for rank in range(peers):
@@ -76,8 +84,14 @@ def run_collective(
                     process.kill()
                 process.wait()
         qdiscs = net.qdiscs()
+    return _results(
+        impl, peers, work_dir, qdiscs, failed=[r for r, p in enumerate(processes) if p.returncode]
+    )
+
+
+def _results(impl: str, peers: int, work_dir: Path, qdiscs: list[str], failed: list[int]) -> dict[str, Any]:
+    """The workers' rows, or RuntimeError with the failed ones' log tails (mpirun's output is rank 0's)."""
     logs = {f"rank-{r}": _tail(work_dir / f"rank-{r}.log") for r in range(peers)}
-    failed = [r for r, p in enumerate(processes) if p.returncode != 0]
     if failed:
         details = "\n".join(f"--- rank {r}:\n{logs[f'rank-{r}']}" for r in failed)
         raise RuntimeError(f"{impl} workers {failed} failed or timed out ({peers} peers):\n{details}")
@@ -207,7 +221,7 @@ def _wait_for(path: Path, timeout: float = 120.0) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one all-reduce peer (run by run_collective)")
     parser.add_argument("command", choices=["worker"])
-    parser.add_argument("--impl", choices=IMPLEMENTATIONS, required=True)
+    parser.add_argument("--impl", choices=TORCH_IMPLEMENTATIONS, required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--address", required=True)

@@ -8,7 +8,7 @@ the links' latency is the bridge's.
 
     with ShapedNamespaces(peers=4, rate_mbit=100) as net:
         subprocess.run(net.command(0, ["python", "-c", "..."]))   # runs in peer 0's namespace
-        net.address(1)                                             # 10.77.0.2
+        net.address(1)                                             # 10.77.<pid % 250>.2
 """
 
 from __future__ import annotations
@@ -47,14 +47,15 @@ def tbf(rate_mbit: float) -> list[str]:
 class ShapedNamespaces:
     """``peers`` namespaces ``{prefix}-{i}`` on bridge ``{prefix}-br``, links shaped to ``rate_mbit``.
 
-    ``rate_mbit`` None leaves the links unshaped. ``prefix`` keeps concurrent users apart (a test and a
-    benchmark); names stay within the 15 characters Linux allows an interface name.
+    ``rate_mbit`` None leaves the links unshaped. ``prefix`` and ``subnet`` keep concurrent users apart (a
+    test and a benchmark: two bridges with one subnet would share its route); names stay within the 15
+    characters Linux allows an interface name.
     """
 
     peers: int
     rate_mbit: float | None = None
     prefix: str = f"sn{os.getpid() % 100000}"
-    subnet: str = "10.77.0"
+    subnet: str = f"10.77.{os.getpid() % 250}"
     _created: list[str] = field(default_factory=list)
 
     def namespace(self, index: int) -> str:

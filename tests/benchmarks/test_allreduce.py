@@ -1,6 +1,6 @@
 """The all-reduce benchmarks at CI size, on links shaped with tbf between network namespaces (needs root):
 benchmarks/averaging_bound.py (Hivemind against the bandwidth bound) and benchmarks/allreduce_micro.py
-(Hivemind against gloo over message sizes)."""
+(Hivemind, gloo and OpenMPI's algorithms over message sizes)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import allreduce_micro, averaging_bound, shaped_netns  # noqa: E402
+from benchmarks import allreduce_micro, allreduce_mpi, averaging_bound, shaped_netns  # noqa: E402
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 
-@pytest.mark.parametrize("module", [averaging_bound, allreduce_micro, shaped_netns])
+@pytest.mark.parametrize("module", [averaging_bound, allreduce_micro, allreduce_mpi, shaped_netns])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -41,6 +41,16 @@ def test_a_wrong_average_is_tried_once_more_and_said(monkeypatch, capsys, tmp_pa
     assert allreduce_micro.max_error(allreduce_micro.collective_with_retry(args, "hivemind", 2, 4096)) == 0.0
     assert "4096 B: 0.5 off the exact result, once more" in capsys.readouterr().out
     assert allreduce_micro.max_error(allreduce_micro.collective_with_retry(args, "hivemind", 2, 4096)) == 0.5
+
+
+@needs_root
+def test_mpi_rows_without_mpi_are_refused_in_one_message(monkeypatch, capsys):
+    monkeypatch.setattr(allreduce_mpi, "missing", lambda: "mpirun is not installed (apt-get install x)")
+    with pytest.raises(SystemExit):
+        allreduce_micro.parse_args(["--impls", "gloo,mpi-ring"])
+    error = capsys.readouterr().err
+    assert "the MPI rows: mpirun is not installed (apt-get install x); or leave them out" in error
+    assert allreduce_micro.parse_args(["--impls", "gloo"]).impl_list == ["gloo"]  # no MPI asked, none needed
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -99,7 +109,7 @@ def test_hivemind_and_gloo_over_message_sizes(tmp_path):
     out = tmp_path / "micro"
     sizes = "4096,16384,1048576,4194304"
     run = _run("allreduce_micro.py", "--peers", "2", "--rate", "100", "--sizes", sizes, "--rounds", "2",
-               "--out", str(out))  # fmt: skip
+               "--impls", "hivemind,gloo", "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = list(csv.DictReader((out / "allreduce.csv").open()))
     assert {(r["impl"], int(r["size_bytes"])) for r in rows} == {
@@ -111,3 +121,31 @@ def test_hivemind_and_gloo_over_message_sizes(tmp_path):
     fits = json.loads((out / "allreduce.json").read_text())["fits"]
     assert all(f["alpha_seconds"] > 0 and f["rate_mbit"] for f in fits), fits
     assert (out / "allreduce.png").stat().st_size > 10_000
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mpi_algorithms_over_message_sizes(tmp_path):
+    """OpenMPI's four all-reduce algorithms among 4 peers on links shaped to 100 Mbit/s: every row measured,
+    averaged right (the benchmark fails on a wrong sum), never faster than its algorithm's share of the link
+    allows (the traffic crossed the shaped links, not shared memory), and a winner per size."""
+    out = tmp_path / "mpi"
+    impls = ",".join(allreduce_mpi.ALGORITHMS)
+    run = _run("allreduce_micro.py", "--peers", "4", "--rate", "100", "--sizes", "4096,1048576",
+               "--rounds", "2", "--impls", impls, "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads((out / "allreduce.json").read_text())
+    rows = result["rows"]
+    assert {(r["impl"], r["size_bytes"]) for r in rows} == {
+        (impl, size) for impl in allreduce_mpi.ALGORITHMS for size in (4096, 1048576)
+    }
+    for row in rows:
+        if row["size_bytes"] >= 1 << 20:
+            bound = allreduce_mpi.link_factor(row["impl"], 4) * row["size_bytes"] * 8 / 100e6
+            assert row["seconds"] > 0.9 * bound, row
+    assert all(f["alpha_seconds"] > 0 and f["rate_mbit"] for f in result["fits"]), result["fits"]
+    winners = result["winners"]
+    assert [(w["peers"], w["size_bytes"]) for w in winners] == [(4, 4096), (4, 1048576)]
+    assert all(w["impl"] in allreduce_mpi.ALGORITHMS and w["runner_up_ratio"] >= 1 for w in winners), winners
+    assert "fastest" in run.stdout and "mpi-tree" in run.stdout
