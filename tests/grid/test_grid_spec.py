@@ -337,6 +337,18 @@ def test_network_grid_is_link_rate_by_peers():
     assert len({run.experiment_id for run in runs}) == len(runs)
 
 
+def test_communication_grid_compares_compressions_and_a_cross_traffic_window():
+    runs = study_runs(load_grid(REPO / "grids" / "communication.yml"))
+    settings = [(run.settings["compression"], run.settings.get("cross_traffic")) for run in runs]
+    window = "peer-02>peer-03@10s+30s=60mbit"
+    expected = [("none", None), ("fp16", None), ("uint8", None), ("none", window)]
+    assert sorted(set(settings), key=str) == sorted(expected, key=str)
+    assert all(settings.count(setting) == 3 for setting in expected)  # the repeats a verdict needs
+    for run in runs:
+        s = run.settings
+        assert (s["peers"], s["vcpus"], s["bandwidth_mbit"], s["model"]) == (4, 4, 100.0, "resnet18")
+
+
 def test_strategies_grid_puts_every_strategy_side_by_side():
     runs = study_runs(load_grid(REPO / "grids" / "strategies.yml"))
     strategies = ("hivemind", "ddp", "zero", "fsdp", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3")
