@@ -53,6 +53,24 @@ def test_mpi_rows_without_mpi_are_refused_in_one_message(monkeypatch, capsys):
     assert allreduce_micro.parse_args(["--impls", "gloo"]).impl_list == ["gloo"]  # no MPI asked, none needed
 
 
+def test_an_mpi_run_whose_peers_could_not_connect_is_started_again(monkeypatch, capsys, tmp_path):
+    """OpenMPI's TCP connect failing now and then measured nothing: that run is started again, at most
+    three times in all; any other failure is returned at once."""
+    logs = iter(["failed to TCP connect to a peer", "failed to TCP connect to a peer", "done"])
+
+    def once(impl, net, sizes, rounds, work_dir, timeout):
+        text = next(logs)
+        (work_dir / "rank-0.log").write_text(text)
+        return 0 if text == "done" else 1
+
+    monkeypatch.setattr(allreduce_mpi, "_launch_once", once)
+    net = shaped_netns.ShapedNamespaces(peers=4)
+    assert allreduce_mpi.launch("mpi-ring", net, [4096], 1, tmp_path, 10.0) == 0
+    assert capsys.readouterr().out.count("a TCP connect failed, started again") == 2
+    logs = iter(["Segmentation fault", "done"])
+    assert allreduce_mpi.launch("mpi-ring", net, [4096], 1, tmp_path, 10.0) == 1  # not a connect: no retry
+
+
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     command = [sys.executable, f"benchmarks/{script}", *args]
