@@ -11,12 +11,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # Debian packages the project needs on the controller (containers, base image, test Ceph, Prometheus, data,
-# nmap for the port scan of tests/e2e, iperf3 for the fault agent's tests, OpenMPI and mpi4py for the MPI rows of
-# benchmarks/allreduce_micro.py).
+# nmap for the port scan of tests/e2e, iperf3 for the fault agent's tests, OpenMPI with Debian Python's mpi4py and
+# NumPy for the MPI rows of benchmarks/allreduce_micro.py: python3-mpi4py only suggests NumPy).
 APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netns debootstrap crun \
 	prometheus prometheus-node-exporter dataset-fashion-mnist \
 	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq iproute2 nmap iperf3 \
-	openmpi-bin python3-mpi4py
+	openmpi-bin python3-mpi4py python3-numpy
 
 # `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; about 30 minutes on 2 cores. The run
 # is time-dilated (time_dilation=auto): each container trains at its 2 vCPUs' calibrated rate / D, D the

@@ -11,7 +11,7 @@ log2 n for recursive doubling, 2 log2 n for the trees), alpha fitted from the sm
 set rate; per implementation and peers the fitted alpha and the rate the large messages (>= 1 MB) achieved;
 and per peers and size which implementation won, by how much. Hivemind's matchmaking is not in its times
 (reported apart). Writes ``allreduce.json``, ``allreduce.csv`` and ``allreduce.png`` to ``--out``. Needs root,
-and for the MPI rows openmpi-bin and python3-mpi4py.
+and for the MPI rows openmpi-bin, python3-mpi4py and python3-numpy.
 
     python benchmarks/allreduce_micro.py --out results/allreduce-micro        # 2,4,8 peers, 1000 Mbit/s
     python benchmarks/allreduce_micro.py --peers 2 --sizes 4096,1048576 --rounds 2    # CI size

@@ -9,7 +9,8 @@ launch agent that enters that peer's namespace instead of logging in with ssh; e
 The algorithm is OpenMPI's tuned collective, locked down with its dynamic rules (``ALGORITHMS``).
 
 A worker all-reduces a float32 vector of each size ``--rounds`` times after one warm-up round and writes one
-JSON line per round, as allreduce_peers.py's workers do. Needs openmpi-bin and python3-mpi4py (apt).
+JSON line per round, as allreduce_peers.py's workers do. Needs openmpi-bin, python3-mpi4py and
+python3-numpy (apt).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ ALGORITHMS: dict[str, dict[str, int]] = {
     "mpi-tree": {"allreduce": 2, "reduce": 5, "bcast": 6},
 }
 PYTHON = "/usr/bin/python3"  # Debian's, where python3-mpi4py installs mpi4py
-PACKAGES = "openmpi-bin python3-mpi4py"
+PACKAGES = "openmpi-bin python3-mpi4py python3-numpy"  # mpi4py only suggests NumPy
 
 
 def link_factor(impl: str, peers: int) -> float:
