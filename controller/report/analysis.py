@@ -40,7 +40,9 @@ from controller.report.metrics import (
     wall_seconds,
 )
 from controller.report.network import (
+    averaging_bytes_per_sample,
     cross_traffic_table,
+    link_mbit,
     link_rates_table,
     network_table,
     network_thresholds_table,
@@ -60,7 +62,8 @@ def analyse(
     calibration: Calibration | None = None,
     target_accuracy: float | None = None,
 ) -> Analysis:
-    """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss;
+    """Compute every table. `target_loss` None: per group the baselines' worst final smoothed loss (no
+    baselines: its runs');
     `target_accuracy` None: per group the accuracy every baseline repeat reaches.
     `bandwidth` (bytes/s) None: each experiment's measured value from experiment.json, if any.
     `calibration`: the compute calibration the speedups' ceilings come from (none: no ceilings)."""
@@ -137,6 +140,9 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "best_accuracy": best_accuracy(e),
         "target_accuracy": analysis.accuracy_targets.get(e.experiment_id),
         "time_to_accuracy_seconds": time_to_accuracy(e, analysis.accuracy_targets.get(e.experiment_id)),
+        # Hivemind's own traffic (rounds.csv's counted bytes; None where not counted): docs/network.md
+        "averaging_bytes_per_sample": averaging_bytes_per_sample(e),
+        "link_mbit": link_mbit(e),
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),
         # why they failed (rounds.csv `cause`; files written before it existed count as other)

@@ -1,5 +1,6 @@
-"""The effect of each factor (target batch size, local updates, peers, batch size, learning rate) on the
-study's metrics, with a verdict only where the repeats carry one."""
+"""The effect of each factor (target batch size, local updates, peers, batch size, learning rate, and what
+Hivemind's averaging meets on the wire: compression, cross traffic) on the study's metrics, with a verdict
+only where the repeats carry one."""
 
 from __future__ import annotations
 
@@ -19,14 +20,23 @@ from controller.report.metrics import (
     median,
 )
 
-EFFECT_FACTORS = ("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate")
+EFFECT_FACTORS = (
+    *("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate"),
+    *("compression", "cross_traffic"),
+)
 EFFECT_METRICS = (
     "time_to_target_seconds",
     "time_to_accuracy_seconds",
     "samples_per_second",
     "averaging_share",
     "final_loss",
+    # what averaging sent (Hivemind's counted bytes) and the link rate its rounds got (docs/network.md)
+    "averaging_bytes_per_sample",
+    "link_mbit",
 )
+#: the level every other level of a factor is compared with, where it is not the first in order; an unset
+#: factor (no cross traffic) is the level "none"
+REFERENCE_LEVELS = {"compression": "none", "cross_traffic": "none"}
 #: what varies with a factor by design and so is not held equal when its effect is measured: the study gives
 #: the peers a fixed budget of vCPUs (16 / peers each)
 EFFECT_COVARIES = {"peers": ("vcpus",)}
@@ -53,26 +63,29 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
 
     table = []
     for factor in EFFECT_FACTORS:
-        # Hivemind's own factors among Hivemind runs; peers among the strategies with peers; batch size and
-        # LR among all; never the grid's noise floor (a measurement of the testbed)
+        # Hivemind's own factors among Hivemind runs; peers and cross traffic among the strategies with peers;
+        # batch size and LR among all; never the grid's noise floor (a measurement of the testbed)
         subset = [
             e
             for e in analysis.experiments
             if not e.is_noise_floor
             and (
                 factor in ("batch_size", "learning_rate")
-                or (factor == "peers" and not e.is_baseline)
+                or (factor in ("peers", "cross_traffic") and not e.is_baseline)
                 or e.strategy == "hivemind"
             )
         ]
         cells: dict[tuple[Any, ...], dict[Any, list[Experiment]]] = defaultdict(lambda: defaultdict(list))
         for e in subset:
             level = e.peer_count if factor == "peers" else dict(e.setting_key()).get(factor)
+            if level is None and factor in REFERENCE_LEVELS:
+                level = "none"
             if level is not None:
                 cells[_effect_cell(e, factor)][level].append(e)
         matched = {level for levels in cells.values() if len(levels) > 1 for level in levels}
         for levels in cells.values():
-            ordered = sorted(levels, key=lambda level: (str(type(level)), level))
+            reference = REFERENCE_LEVELS.get(factor)
+            ordered = sorted(levels, key=lambda level: (level != reference, str(type(level)), level))
             if len(ordered) < 2:
                 continue
             reference_level = ordered[0]
@@ -111,7 +124,8 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         "values",
     )
     title = (
-        "Effects of TBS, local updates, peers, batch size and LR, each between runs that differ in it alone"
+        "Effects of TBS, local updates, peers, batch size, LR, compression and cross traffic, each between runs "
+        "that differ in it alone"
     )
     return make_table("effects", title, table, columns)
 

@@ -266,14 +266,20 @@ def bandwidth_bound(group_size: int, model_bytes: float, bandwidth: float, laten
 
 
 def default_targets(experiments: list[Experiment], curves: dict[str, Any]) -> dict[tuple[Any, ...], float]:
-    """Per comparison group: the highest final smoothed loss of its baseline repeats (all reach it)."""
-    targets: dict[tuple[Any, ...], float] = {}
+    """Per comparison group: the highest final smoothed loss of its baseline repeats (all reach it); in a
+    group without baselines (a grid that compares settings with each other), the highest final smoothed loss
+    of all its runs, so that every run has a time to it."""
+    baselines: dict[tuple[Any, ...], float] = {}
+    everyone: dict[tuple[Any, ...], float] = {}
     for experiment in experiments:
         losses = curves[experiment.experiment_id][1]
-        if experiment.is_baseline and losses:
-            key = experiment.comparison_key()
-            targets[key] = max(targets.get(key, -math.inf), losses[-1])
-    return targets
+        if not losses or experiment.is_noise_floor:
+            continue
+        key = experiment.comparison_key()
+        everyone[key] = max(everyone.get(key, -math.inf), losses[-1])
+        if experiment.is_baseline:
+            baselines[key] = max(baselines.get(key, -math.inf), losses[-1])
+    return {**everyone, **baselines}
 
 
 def default_accuracy_targets(experiments: list[Experiment]) -> dict[tuple[Any, ...], float]:
