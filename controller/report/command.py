@@ -62,8 +62,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--target-loss",
         type=float,
         help="target training loss for every group "
-        "(default: per batch size and LR, the baselines' worst final loss; without baselines, the worst final "
-        "loss of the group's runs)",
+        "(default: per batch size and LR, the baselines' worst final loss; without baselines, "
+        "the worst final loss of the group's runs)",
     )
     parser.add_argument(
         "--target-accuracy",

@@ -124,8 +124,8 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         "values",
     )
     title = (
-        "Effects of TBS, local updates, peers, batch size, LR, compression and cross traffic, each between runs "
-        "that differ in it alone"
+        "Effects of TBS, local updates, peers, batch size, LR, compression and cross traffic, each between "
+        "runs that differ in it alone"
     )
     return make_table("effects", title, table, columns)
 
