@@ -40,7 +40,6 @@ from controller.report.metrics import (
     wall_seconds,
 )
 from controller.report.network import (
-    averaging_bytes_per_sample,
     cross_traffic_table,
     link_mbit,
     link_rates_table,
@@ -48,6 +47,7 @@ from controller.report.network import (
     network_thresholds_table,
     preprocessing_table,
     round_rates_table,
+    sent_bytes_per_sample,
 )
 from controller.report.strategies import strategies_table, time_to_target_table
 from controller.report.timeouts import timeouts_table
@@ -140,8 +140,9 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "best_accuracy": best_accuracy(e),
         "target_accuracy": analysis.accuracy_targets.get(e.experiment_id),
         "time_to_accuracy_seconds": time_to_accuracy(e, analysis.accuracy_targets.get(e.experiment_id)),
-        # Hivemind's own traffic (rounds.csv's counted bytes; None where not counted): docs/network.md
-        "averaging_bytes_per_sample": averaging_bytes_per_sample(e),
+        # what the peers' interfaces sent per sample (all traffic), and the median link rate of Hivemind's
+        # ok rounds (its own counted bytes; None where not counted): docs/network.md
+        "sent_bytes_per_sample": sent_bytes_per_sample(e),
         "link_mbit": link_mbit(e),
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),

@@ -30,8 +30,9 @@ EFFECT_METRICS = (
     "samples_per_second",
     "averaging_share",
     "final_loss",
-    # what averaging sent (Hivemind's counted bytes) and the link rate its rounds got (docs/network.md)
-    "averaging_bytes_per_sample",
+    # what the peers sent per sample (their interfaces' counters) and the link rate Hivemind's rounds got
+    # (its own counted bytes; docs/network.md)
+    "sent_bytes_per_sample",
     "link_mbit",
 )
 #: the level every other level of a factor is compared with, where it is not the first in order; an unset

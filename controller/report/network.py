@@ -29,17 +29,6 @@ def sent_bytes_per_sample(e: Experiment) -> float | None:
     return sum(peer.summary["network"]["sent_bytes"] for peer in counted) / samples if samples else None
 
 
-def averaging_bytes_per_sample(e: Experiment) -> float | None:
-    """Bytes the peers' Hivemind traffic sent in their all-reduces (rounds.csv's counted ``sent_bytes``, every
-    round of every peer that counted them) over the samples those peers trained: what averaging costs the
-    links per sample, apart from other traffic. None where no round was counted."""
-    counted = [(peer, [r for r in peer.rounds if r.get("sent_bytes") is not None]) for peer in e.peers]
-    counted = [(peer, rounds) for peer, rounds in counted if rounds]
-    samples = total([row for peer, _ in counted for row in peer.steps], "samples")
-    sent = sum(total(rounds, "sent_bytes") for _, rounds in counted)
-    return sent / samples if samples else None
-
-
 def link_mbit(e: Experiment) -> float | None:
     """The median link rate of the run's ok counted rounds, every peer's (modelled Mbit/s; None: none)."""
     rates = [r["sent_mbit_per_second"] for peer in e.peers for r in _counted(peer.rounds)]

@@ -277,15 +277,16 @@ def test_without_cross_traffic_the_report_has_no_such_section(analysis, tmp_path
 
 
 def test_compression_and_cross_traffic_are_effects_against_none(tmp_path):
-    """Issue #55 item 6 (grids/communication.yml): per compression and with cross traffic, the bytes
-    averaging sent per sample and its rounds' link rate, each against the level `none` with an interval and
-    a verdict; no baselines, so the target loss is the worst final loss of the runs and every run has a time
-    to it."""
+    """Issue #55 item 6 (grids/communication.yml): per compression and with cross traffic, the bytes the
+    peers sent per sample and Hivemind's link rate per round, each against the level `none` with an interval
+    and a verdict; no baselines, so the target loss is the worst final loss of the runs and every run has a
+    time to it."""
 
     def run(name: str, rate: float, scale: float, **setting: str) -> Experiment:
-        # the same step times and losses; rounds that send `scale` of the bytes at `rate` Mbit/s
-        rounds = [_round(n, rate * (1 + 0.02 * n), seconds=2.0 * scale) for n in range(1, 4)]
-        peers = [PeerRun(f"peer-0{i}", _steps(0.1, 0.1), rounds, True) for i in (1, 2)]
+        # the same step times and losses; rounds at `rate` Mbit/s; interfaces that sent `scale` of 10 MB
+        rounds = [_round(n, rate * (1 + 0.02 * n)) for n in range(1, 4)]
+        sent = {"network": {"sent_bytes": int(scale * 10e6 * (1 + 0.01 * int(name[-1])))}}
+        peers = [PeerRun(f"peer-0{i}", _steps(0.1, 0.1), rounds, True, sent) for i in (1, 2)]
         settings = {
             **dict(strategy="hivemind", peers=2, model="smallcnn", dataset="synthetic", batch_size=32),
             **dict(learning_rate=0.01, bandwidth_mbit=100, seed=int(name[-1])),
@@ -301,18 +302,17 @@ def test_compression_and_cross_traffic_are_effects_against_none(tmp_path):
     result = analyse(runs, target_loss=None, bandwidth=None)
 
     rows = result.tables["experiments"].rows
-    bytes_per_sample = 3 * 80.0e6 / 8 * 2.0 * (1 + 0.02 * 2) / (20 * 32)  # the three rounds over 20 steps
     none = next(row for row in rows if row["experiment_id"] == "none-0")
-    assert none["averaging_bytes_per_sample"] == pytest.approx(bytes_per_sample)
+    assert none["sent_bytes_per_sample"] == pytest.approx(2 * 10e6 / (2 * 20 * 32))  # both peers' 20 steps
     assert none["link_mbit"] == pytest.approx(80.0 * 1.04)  # the median round
     assert all(row["time_to_target_seconds"] is not None for row in rows), rows
 
     effects = {
         (row["factor"], row["level"], row["metric"]): row
         for row in result.tables["effects"].rows
-        if row["metric"] in ("averaging_bytes_per_sample", "link_mbit")
+        if row["metric"] in ("sent_bytes_per_sample", "link_mbit")
     }
-    fp16 = effects["compression", "fp16", "averaging_bytes_per_sample"]
+    fp16 = effects["compression", "fp16", "sent_bytes_per_sample"]
     assert fp16["reference_level"] == "none" and fp16["n"] == 3
     assert fp16["ratio"] == pytest.approx(0.5, rel=0.02) and fp16["verdict"] == "lower beyond the noise"
     crossed = effects["cross_traffic", "peer-01>peer-02@1s+5s=60mbit", "link_mbit"]
