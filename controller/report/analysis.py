@@ -40,6 +40,7 @@ from controller.report.metrics import (
     wall_seconds,
 )
 from controller.report.network import (
+    cross_traffic_effect_table,
     cross_traffic_table,
     link_mbit,
     link_rates_table,
@@ -101,6 +102,7 @@ def analyse(
     analysis.tables["link_rates"] = link_rates_table(analysis)
     analysis.tables["round_rates"] = round_rates_table(analysis)
     analysis.tables["cross_traffic"] = cross_traffic_table(analysis)
+    analysis.tables["cross_traffic_effect"] = cross_traffic_effect_table(analysis)
     analysis.tables["faults"] = faults_table(experiments)
     analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = preprocessing_table(analysis, rows)

@@ -254,7 +254,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         _section(analysis, "network_thresholds", heading=False),
         _section(analysis, "network", heading=False),
         *link_rate_lines(analysis.tables["link_rates"]),
-        *cross_traffic_lines(analysis.tables["cross_traffic"]),
+        *cross_traffic_lines(analysis.tables["cross_traffic"], analysis.tables["cross_traffic_effect"]),
         "## Faults on purpose (throughput per peer; shaded: each fault's window, dashed: a kill)",
         "",
         *(f"![{path.stem}]({path.name})" for path in faults),

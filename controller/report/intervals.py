@@ -119,6 +119,24 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float]) -> 
     return math.exp(centre - half), math.exp(centre + half)
 
 
+def paired_ratio_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % t-interval of the geometric mean of per-run ratios (each run its own control: a part of it
+    against the rest), on their logarithms; None below MIN_RUNS ratios or where they are all equal.
+
+    >>> low, high = paired_ratio_interval([0.5, 0.55, 0.6])
+    >>> round(low, 2), round(high, 2)
+    (0.44, 0.69)
+    >>> paired_ratio_interval([0.5]) is None
+    True
+    """
+    logs = _logs(ratios)
+    if logs is None or len(logs) < MIN_RUNS or not statistics.stdev(logs):
+        return None
+    half = _t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    mean = statistics.fmean(logs)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
 def runs_needed(numerator: Sequence[float], denominator: Sequence[float], most: int = 1000) -> int | None:
     """About how many runs a side a verdict on a ratio this large needs: the fewest n at which a two-sided
     5 % t-test of the difference of mean logarithms, with the two sides' pooled spread, has POWER (80 %)

@@ -3,12 +3,14 @@ which averaging would stop binding, and the data pipeline's (preprocessing) shar
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
 
 from controller.report.data import Experiment
 from controller.report.faults import fault_windows
+from controller.report.intervals import paired_ratio_interval, verdict
 from controller.report.metrics import (
     Analysis,
     Table,
@@ -292,6 +294,7 @@ def cross_traffic_table(analysis: Analysis) -> Table:
             table.append(
                 {
                     "experiment_id": e.experiment_id,
+                    "setting": e.label(),
                     "window": window["spec"],
                     "rate_mbit": window.get("rate_mbit"),
                     "achieved_mbit": window.get("achieved_mbit"),
@@ -306,7 +309,39 @@ def cross_traffic_table(analysis: Analysis) -> Table:
     )
 
 
-def cross_traffic_lines(table: Table) -> list[str]:
+def cross_traffic_effect_table(analysis: Analysis) -> Table:
+    """Per setting and window, over its repeats: each run's median link rate of the window's two hosts' ok
+    rounds inside the window against outside it (each run its own control), the geometric mean of those
+    ratios with its 95 % interval, and the verdict (issue #55: does the window lower the achieved rate?)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in analysis.tables["cross_traffic"].rows:
+        groups[row["setting"], row["window"]].append(row)
+    table = []
+    for (setting, window), rows in groups.items():
+        ratios = [
+            row["median_mbit_inside"] / row["median_mbit_outside"]
+            for row in rows
+            if row["median_mbit_inside"] and row["median_mbit_outside"]
+        ]
+        interval = paired_ratio_interval(ratios)
+        table.append(
+            {
+                "setting": setting,
+                "window": window,
+                "runs": len(rows),
+                "runs_compared": len(ratios),
+                "ratios": " ".join(f"{ratio:.3f}" for ratio in ratios),
+                "ratio": math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else None,
+                "ratio_ci_low": interval[0] if interval else None,
+                "ratio_ci_high": interval[1] if interval else None,
+                "verdict": verdict(interval, ("higher", "lower")) if ratios else "no rounds to compare",
+            }
+        )
+    title = "Cross traffic: link rate inside the window against outside it, per setting over its repeats"
+    return make_table("cross_traffic_effect", title, table)
+
+
+def cross_traffic_lines(table: Table, effect: Table) -> list[str]:
     """report.md's lines on the cross-traffic windows (none: nothing)."""
     if not table.rows:
         return []
@@ -326,7 +361,23 @@ def cross_traffic_lines(table: Table) -> list[str]:
             else "the flow's rate is unknown"
         )
         lines.append(f"- {row['experiment_id']} {row['window']}: {flow}; {compared}")
-    return [*lines, "", f"Table `cross_traffic.csv`:\n\n{table.markdown()}\n"]
+    for row in effect.rows:
+        ratio = "" if row["ratio"] is None else f": {row['ratio']:.2f}x"
+        interval = (
+            f" (95 % interval {row['ratio_ci_low']:.2f}-{row['ratio_ci_high']:.2f})"
+            if row["ratio_ci_low"] is not None
+            else ""
+        )
+        lines.append(
+            f"- `{row['setting']}`, {row['window']}, its hosts' link rate inside against outside over "
+            f"{row['runs_compared']} of {row['runs']} runs{ratio}{interval}, {row['verdict']}"
+        )
+    return [
+        *lines,
+        "",
+        f"Table `cross_traffic.csv`:\n\n{table.markdown()}\n",
+        f"Table `cross_traffic_effect.csv`:\n\n{effect.markdown()}\n",
+    ]
 
 
 def link_rate_lines(table: Table) -> list[str]:

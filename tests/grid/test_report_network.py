@@ -269,6 +269,18 @@ def test_a_cross_traffic_window_compares_its_hosts_rounds_inside_and_outside(tmp
         "- crossed cross:peer-01>peer-02@8s+17s=50: the flow achieved 48.5 Mbit/s; "
         "its hosts' rounds: median 25.0 Mbit/s inside against 75.0 outside (4 rounds inside, 4 outside)"
     ) in report
+    (one,) = result.tables["cross_traffic_effect"].rows
+    assert (one["runs"], one["ratio"], one["verdict"]) == (1, pytest.approx(25 / 75), "needs 2 runs a side")
+
+    # three repeats, each its own control: the window's rounds at a third, a half and 0.4 of the others'
+    def repeat(name: str, inside: float) -> Experiment:
+        runs = [PeerRun(p.name, steps, rounds([80.0, inside, inside, 80.0]), True) for p in peers[:2]]
+        return Experiment(name, Path(name), {**settings, "seed": int(name[-1])}, True, runs, faults=[window])
+
+    repeats = [repeat("r1", 80 / 3), repeat("r2", 40.0), repeat("r3", 32.0)]
+    (three,) = analyse(repeats, target_loss=None, bandwidth=None).tables["cross_traffic_effect"].rows
+    assert three["runs_compared"] == 3 and three["ratio"] == pytest.approx((1 / 3 * 0.5 * 0.4) ** (1 / 3))
+    assert three["ratio_ci_high"] < 1 and three["verdict"] == "lower beyond the noise", three
 
 
 def test_without_cross_traffic_the_report_has_no_such_section(analysis, tmp_path):
