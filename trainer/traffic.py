@@ -5,6 +5,10 @@ one rule that counts the TCP packets from or to the host's Hivemind port (``-m m
 may dial from its listening port, so a packet can carry the port on both sides). The kernel keeps the
 counters; reading them is one ``iptables -xnvL`` per chain.
 
+Besides each round's bytes, the strategy reads the chains as training starts and once it is done
+(``RunTraffic``): the run's total, exact where rounds overlap in time (a background state round beside a
+gradient round: each round's own count holds both).
+
 Where the chains are not there (a trainer started by hand, the tests' loopback peers, a host without the
 firewall) the counter says so once and every reading is None: rounds.csv's byte columns stay empty.
 Only Hivemind's traffic is counted: gloo's pair connections (DDP, ZeRO, DiLoCo) use the kernel's ephemeral
@@ -89,3 +93,23 @@ class TrafficCounter:
             check=True,
         ).stdout
         return chain_bytes(listing)
+
+
+class RunTraffic:
+    """The host's Hivemind bytes over a whole run: ``start()`` as training starts, ``stop()`` once the peer is
+    done (after its last rounds and the finish grace); None where the chains could not be read."""
+
+    def __init__(self, counter: TrafficCounter) -> None:
+        self._counter = counter
+        self._started: Traffic | None = None
+
+    def start(self) -> None:
+        self._started = self._counter.read()
+
+    def stop(self) -> dict[str, int] | None:
+        """{"sent_bytes", "received_bytes"} since ``start()``, or None."""
+        ended = self._counter.read()
+        if self._started is None or ended is None:
+            return None
+        between = ended.since(self._started)
+        return {"sent_bytes": between.sent, "received_bytes": between.received}

@@ -42,6 +42,7 @@ from controller.report.metrics import (
 from controller.report.network import (
     cross_traffic_effect_table,
     cross_traffic_table,
+    hivemind_bytes_per_sample,
     link_mbit,
     link_rates_table,
     network_table,
@@ -142,9 +143,10 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "best_accuracy": best_accuracy(e),
         "target_accuracy": analysis.accuracy_targets.get(e.experiment_id),
         "time_to_accuracy_seconds": time_to_accuracy(e, analysis.accuracy_targets.get(e.experiment_id)),
-        # what the peers' interfaces sent per sample (all traffic), and the median link rate of Hivemind's
-        # ok rounds (its own counted bytes; None where not counted): docs/network.md
+        # what the peers' interfaces sent per sample (all traffic), what Hivemind's own traffic sent (its
+        # run totals) and the median link rate of its ok rounds (None where not counted): docs/network.md
         "sent_bytes_per_sample": sent_bytes_per_sample(e),
+        "hivemind_bytes_per_sample": hivemind_bytes_per_sample(e),
         "link_mbit": link_mbit(e),
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),

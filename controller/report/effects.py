@@ -30,9 +30,10 @@ EFFECT_METRICS = (
     "samples_per_second",
     "averaging_share",
     "final_loss",
-    # what the peers sent per sample (their interfaces' counters) and the link rate Hivemind's rounds got
-    # (its own counted bytes; docs/network.md)
+    # what the peers sent per sample (their interfaces' counters; Hivemind's own traffic alone) and the link
+    # rate Hivemind's rounds got (docs/network.md)
     "sent_bytes_per_sample",
+    "hivemind_bytes_per_sample",
     "link_mbit",
 )
 #: the level every other level of a factor is compared with, where it is not the first in order; an unset

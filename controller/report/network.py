@@ -31,6 +31,20 @@ def sent_bytes_per_sample(e: Experiment) -> float | None:
     return sum(peer.summary["network"]["sent_bytes"] for peer in counted) / samples if samples else None
 
 
+def run_traffic(peer: Any) -> dict[str, int] | None:
+    """The peer's Hivemind bytes over its whole run (summary.json ``strategy_details.traffic``, read at the
+    start barrier and when the peer was done: trainer/traffic.py), or None (not counted, an older run)."""
+    return (peer.summary.get("strategy_details") or {}).get("traffic")
+
+
+def hivemind_bytes_per_sample(e: Experiment) -> float | None:
+    """Bytes the peers' Hivemind traffic sent over the run (its exact totals) per sample those peers trained;
+    None where no peer has a total."""
+    counted = [peer for peer in e.peers if run_traffic(peer)]
+    samples = total([row for peer in counted for row in peer.steps], "samples")
+    return sum(run_traffic(peer)["sent_bytes"] for peer in counted) / samples if samples else None
+
+
 def link_mbit(e: Experiment) -> float | None:
     """The median link rate of the run's ok counted rounds, every peer's (modelled Mbit/s; None: none)."""
     rates = [r["sent_mbit_per_second"] for peer in e.peers for r in _counted(peer.rounds)]
@@ -249,9 +263,10 @@ ROUND_RATE_FIELDS = (
 
 
 def link_rates_table(analysis: Analysis) -> Table:
-    """Per peer of each run whose traffic was counted: the bytes its Hivemind traffic sent and received in its
-    all-reduces, per sample, the median and lowest link rate of its ok rounds (modelled Mbit/s), its shaped
-    rate, and how many rounds got under half of it (the round_rates table lists them)."""
+    """Per peer of each run whose traffic was counted: the bytes its Hivemind traffic sent and received over
+    the run (``bytes_from`` run: its exact total; rounds: the sum of its rounds' counts, where a round that
+    overlapped another holds both), per sample, the median and lowest link rate of its ok rounds (modelled
+    Mbit/s), its shaped rate, and how many rounds got under half of it (the round_rates table lists them)."""
     table = []
     for e in analysis.experiments:
         for peer in e.peers:
@@ -261,15 +276,18 @@ def link_rates_table(analysis: Analysis) -> Table:
             rates = [r["sent_mbit_per_second"] for r in _counted(peer.rounds)]
             shaped = shaped_mbit(e, peer.name)
             samples = total(peer.steps, "samples")
-            sent = total(counted, "sent_bytes")
+            whole = run_traffic(peer)
+            sent = whole["sent_bytes"] if whole else total(counted, "sent_bytes")
+            received = whole["received_bytes"] if whole else total(counted, "received_bytes")
             table.append(
                 {
                     "experiment_id": e.experiment_id,
                     "setting": e.label(),
                     "peer": peer.name,
                     "rounds_counted": len(counted),
+                    "bytes_from": "run" if whole else "rounds",
                     "sent_mb": sent / 1e6,
-                    "received_mb": total(counted, "received_bytes") / 1e6,
+                    "received_mb": received / 1e6,
                     "sent_bytes_per_sample": sent / samples if samples else None,
                     "median_mbit": statistics.median(rates) if rates else None,
                     "lowest_mbit": min(rates) if rates else None,

@@ -240,9 +240,12 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     # Issue 55: each ok round's Hivemind bytes, counted by the firewall's chains apart from other traffic (the
     # exporters, Ceph, Prometheus' scrapes), and its rate; Prometheus has the same bytes per peer
     for peer in PEERS:
-        assert read_json(results / peer / "summary.json")["strategy_details"]["traffic_counted"] is True, peer
+        details = read_json(results / peer / "summary.json")["strategy_details"]
+        assert details["traffic_counted"] is True, peer
         ok = [row for row in _rows(results / peer / "rounds.csv") if row["outcome"] == "ok"]
         assert all(int(row["sent_bytes"]) > 0 and int(row["received_bytes"]) > 0 for row in ok), (peer, ok)
+        # the run's total, read at the barrier and at the end, holds every round's bytes
+        assert details["traffic"]["sent_bytes"] >= max(int(row["sent_bytes"]) for row in ok), (peer, details)
         assert all(float(row["sent_mbit_per_second"]) > 0 for row in ok), (peer, ok)
         steps = _rows(results / peer / "steps.csv")
         span, at = f"[{int(float(steps[-1]['timestamp']) - float(steps[0]['timestamp'])) + 60}s]", time.time()

@@ -207,6 +207,18 @@ def test_link_rates_per_peer_and_per_round_mark_rounds_under_half_the_shaped_rat
     assert first["sent_mb"] == pytest.approx((80 + 30 + 60) * 2 / 8)
     assert first["sent_bytes_per_sample"] == pytest.approx((80 + 30 + 60) * 2e6 / 8 / (20 * 32))
     assert rows["peer-02"]["rounds_counted"] == 2 and rows["peer-02"]["rounds_under_half"] == 0
+    assert first["bytes_from"] == "rounds"  # no run total (an older trainer): the rounds' sum
+    assert result.tables["experiments"].rows[0]["hivemind_bytes_per_sample"] is None
+
+    # the trainer's run total, where it has one, rather than the rounds' sum (overlapping rounds hold both)
+    for peer in peers:
+        peer.summary["strategy_details"] = {"traffic": {"sent_bytes": 32_000_000, "received_bytes": 16_000_000}}
+    again = analyse([counted], target_loss=None, bandwidth=None)
+    (exact, _) = again.tables["link_rates"].rows
+    assert (exact["bytes_from"], exact["sent_mb"], exact["received_mb"]) == ("run", 32.0, 16.0)
+    assert exact["sent_bytes_per_sample"] == pytest.approx(32e6 / (20 * 32))
+    per_sample = again.tables["experiments"].rows[0]["hivemind_bytes_per_sample"]
+    assert per_sample == pytest.approx(2 * 32e6 / (2 * 20 * 32))
 
     per_round = [(r["peer"], r["round"], r["under_half"]) for r in result.tables["round_rates"].rows]
     assert per_round == [

@@ -55,3 +55,17 @@ def test_the_chains_are_the_ones_the_firewall_fills():
     defaults = yaml.safe_load((REPO / "roles" / "cluster_firewall" / "defaults" / "main.yml").read_text())
     chains = defaults["cluster_firewall_traffic_chains"]
     assert (chains["sent"], chains["received"]) == (traffic.SENT_CHAIN, traffic.RECEIVED_CHAIN)
+
+
+def test_a_runs_total_is_the_chains_from_its_start_to_its_end(tmp_path):
+    """The run's total is read at its start and end, so a round that overlapped another is counted once."""
+    counts = {"TESTBED_TX": 5000, "TESTBED_RX": 7000}
+    counter = traffic.TrafficCounter(_iptables(tmp_path, counts))
+    run = traffic.RunTraffic(counter)
+    run.start()
+    counter._iptables = _iptables(tmp_path, {"TESTBED_TX": 905000, "TESTBED_RX": 1007000})
+    assert run.stop() == {"sent_bytes": 900000, "received_bytes": 1000000}
+    # the chains gone (or never there): no total
+    missing = traffic.RunTraffic(traffic.TrafficCounter(str(tmp_path / "no-such-iptables")))
+    missing.start()
+    assert missing.stop() is None

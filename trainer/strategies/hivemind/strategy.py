@@ -51,7 +51,7 @@ from trainer.strategies.hivemind.rounds import (
     averager_classes,
     check_internals,
 )
-from trainer.traffic import TrafficCounter
+from trainer.traffic import RunTraffic, TrafficCounter
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -132,6 +132,7 @@ class HivemindStrategy:
         self.traffic = TrafficCounter()
         self.collector.install(grad_averager, state_averager, traffic_counter=self.traffic)
         self._details["traffic_counted"] = self.traffic.available
+        self.run_traffic = RunTraffic(self.traffic)
         if factor != 1:
             self._details["time_dilation"] = {"factor": factor, **patch_module_constants(factor)}
         self.dht = _join_dht(hivemind, config)
@@ -198,6 +199,7 @@ class HivemindStrategy:
         self._remember_processes()
         self._epoch = optimizer.local_epoch
         self._epoch_started_at = time.monotonic()
+        self.run_traffic.start()
         return time.monotonic() - started
 
     def _download_state(self) -> dict[str, Any]:
@@ -384,6 +386,8 @@ class HivemindStrategy:
         grace = config.finish_grace if exit_reason in COMPLETE_EXIT_REASONS else 0.0
         waited, done, expected = self.coordinator.wait_for_others_done(grace)
         details.update(grace_seconds=round(waited, 3), peers_done=done, peers_expected=expected)
+        # the run's Hivemind bytes from the start barrier to here (trainer/traffic.py; None: not counted)
+        details["traffic"] = self.run_traffic.stop()
         self._report_rounds(optimizer.local_epoch)
 
     def _shutdown(self, details: dict[str, Any]) -> None:
