@@ -211,8 +211,9 @@ def test_link_rates_per_peer_and_per_round_mark_rounds_under_half_the_shaped_rat
     assert result.tables["experiments"].rows[0]["hivemind_bytes_per_sample"] is None
 
     # the trainer's run total, where it has one, rather than the rounds' sum (overlapping rounds hold both)
+    whole = {"sent_bytes": 32_000_000, "received_bytes": 16_000_000}
     for peer in peers:
-        peer.summary["strategy_details"] = {"traffic": {"sent_bytes": 32_000_000, "received_bytes": 16_000_000}}
+        peer.summary["strategy_details"] = {"traffic": whole}
     again = analyse([counted], target_loss=None, bandwidth=None)
     (exact, _) = again.tables["link_rates"].rows
     assert (exact["bytes_from"], exact["sent_mb"], exact["received_mb"]) == ("run", 32.0, 16.0)
