@@ -22,7 +22,7 @@ from experiment.results import (
     prepare_run_dir,
     take_rejoin,
 )
-from trainer import cpu_usage, memory, netcounters
+from trainer import cpu_usage, memory, netcounters, shm
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
@@ -70,6 +70,8 @@ class RunSession:
         self.memory: dict[str, Any] | None = None  # measured at the loop's end
         #: a restarted trainer's rejoin document (experiment/results.py take_rejoin), None for a first start
         self.rejoin: dict[str, Any] | None = None
+        #: the files and bytes of /dev/shm an earlier trainer's ended processes left, removed at the start
+        self.stale_shm: dict[str, int] | None = None
 
     # ---------------------------------------------------------------- phases
 
@@ -77,6 +79,8 @@ class RunSession:
         """Everything that can fail on bad input, before any training (raises
         ConfigError/FileExistsError/OSError)."""
         config = self.config
+        # what an earlier trainer's killed processes left in /dev/shm would fill it over runs (trainer/shm.py)
+        self.stale_shm = shm.remove_stale()
         self.rejoin = take_rejoin(config.results_dir)
         if self.rejoin is not None:
             if config.strategy not in ("hivemind", "diloco"):
@@ -246,6 +250,7 @@ class RunSession:
                 "exit_detail": self.exit_detail,
                 "cpu_received": self._cpu_received(),
                 "memory": self.memory,
+                "stale_shm_removed": self.stale_shm,
                 "network": netcounters.traffic(
                     self.net_at_release,
                     self.net_at_loop_end or netcounters.snapshot(),

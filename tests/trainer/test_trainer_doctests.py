@@ -22,6 +22,7 @@ MODULES = [
     "trainer.calibrate",
     "trainer.netcounters",
     "trainer.traffic",
+    "trainer.shm",
     "trainer.strategies.hivemind.rounds",
     "trainer.memory",
     "trainer.strategies.fsdp",

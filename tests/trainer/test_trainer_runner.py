@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -73,6 +74,22 @@ def test_barrier_wait_is_recorded_and_not_training_time(monkeypatch, tmp_path) -
             row["wall_seconds"], abs=1e-3
         )
     assert summary["strategy_details"] == {"finished_with": "max_steps"} and summary["exit_detail"] is None
+
+
+def test_a_start_removes_what_ended_trainers_left_in_shared_memory(monkeypatch, tmp_path) -> None:
+    """Issue #53: Hivemind's shared tensors are files in /dev/shm that killed processes leave; a trainer
+    removes, as it starts, those of processes that no longer run, and says so in its summary."""
+    from trainer import shm
+
+    monkeypatch.setattr(shm, "SHM", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    (tmp_path / "shm" / "torch_999999999_7_3").write_bytes(b"x" * 1000)  # no such process
+    live = tmp_path / "shm" / f"torch_{os.getpid()}_7_4"
+    live.write_bytes(b"y")
+    results = tmp_path / "results"
+    assert run_with(monkeypatch, results, WaitingStandIn(wait=0.0)) == 0
+    assert sorted(path.name for path in (tmp_path / "shm").iterdir()) == [live.name]
+    assert read_summary(results)["stale_shm_removed"] == {"files": 1, "bytes": 1000}
 
 
 def test_start_timeout_exits_3_and_says_why(monkeypatch, tmp_path, capsys) -> None:
