@@ -20,9 +20,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("lo
 
 PEERS = ["peer-01", "peer-02", "peer-03", "peer-04", "peer-05"]
 STARTED = PEERS[:4]  # peer-05 is killed before the start barrier; the other four start when it times out
-# Long enough for five peers' trainers to start on 2 cores. Every peer's unit starts in one pass (#53), so the
-# others reach the barrier within seconds of the bootstrap peer (0.8 s for four peers in grids/communication.yml
-# here); 30 s failed only when the peers were started one after another. Each second of it is waited out.
+# Long enough for five peers' trainers to start on 2 cores. Every peer's unit starts in one pass (#53), so
+# the others reach the barrier within seconds of the bootstrap peer (0.8 s for four peers in
+# grids/communication.yml here); 30 s failed only when the peers were started one after another. Each second
+# of it is waited out.
 START_TIMEOUT = 30
 # Seed 30 draws two leaves, peer-04 at 3.9 s and peer-02 at 8.6 s, each down for 4 s (the partition's peer
 # and the bootstrap peer never leave; at least min_peers stay up).
