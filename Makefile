@@ -33,6 +33,7 @@ help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
 	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and pytest tests/"
 	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
+	@echo "make molecule  the local images, then every role's Molecule scenarios (the base image's while the node image builds)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 
 setup: apt cgroups venv image infra-setup
@@ -86,18 +87,24 @@ pytest: setup
 	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-# `make test`: the linters, and the local images' build followed by the Molecule scenarios, run beside the
+# `make test`: the linters, and the local images' build with the Molecule scenarios, run beside the
 # parallel pass (none of them times anything; the build mostly writes the image's layer and the scenarios
 # mostly wait on containers, which left the two cores partly idle), their output shown once all are done;
 # then the rest of the serial pass, with nothing beside it (its tests time things or train dilated peers, and
-# need the images). Any part failing fails. The images are built as `make image` does (nothing to do when
-# they are current).
-MOLECULE_PASS := pytest -m molecule tests/roles/test_molecule.py
+# need the images). The scenarios on the base image alone (marker base_image) run while the node image
+# builds, the others once it is built. Any part failing fails. The images are built as `make image` does
+# (nothing to do when they are current).
+MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
+MOLECULE_NODE_PASS := pytest -m "molecule and not base_image" tests/roles/test_molecule.py
+MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
+	$(MOLECULE_BASE_PASS) > "$$base_log" 2>&1 & base=$$!; \
+	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
+	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
 SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" tests/
 test: apt cgroups venv infra-setup
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
-	{ scripts/build-image.sh all && $(MOLECULE_PASS); } > "$$molecule_log" 2>&1 & molecule=$$!; \
+	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
 	cat "$$lint_log"; rm -f "$$lint_log"; \
@@ -105,6 +112,10 @@ test: apt cgroups venv infra-setup
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
 	$(SERIAL_REST) || status=$$?; \
 	exit $$status
+
+# The images (as `make image`) and every Molecule scenario, as `make test` runs them.
+molecule: apt cgroups venv
+	( $(MOLECULE_PASS) )
 
 # The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
 test-cluster: setup

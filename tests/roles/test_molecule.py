@@ -2,11 +2,15 @@
 
 The scenarios use podman containers from the local images (scripts/build-image.sh). Most of a scenario's time
 is spent waiting on containers, so the selected scenarios run a few at a time (MOLECULE_PARALLEL, default 3),
-each in its own containers and networks; every scenario still passes or fails as its own test."""
+each in its own containers and networks; every scenario still passes or fails as its own test.
+
+A scenario whose containers all use the base image carries the marker ``base_image``: `make test` runs those
+while the node image builds (``-m "molecule and base_image"``), and the others once it is built."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,7 +26,8 @@ SCENARIOS = sorted(
     f"{path.parents[2].name}/{path.parent.name}" for path in ROLES.glob("*/molecule/*/molecule.yml")
 )
 BIN = Path(sys.executable).parent
-IMAGES = ("localhost/testbed-node:latest", "localhost/testbed-base:bookworm")
+NODE_IMAGE, BASE_IMAGE = "localhost/testbed-node:latest", "localhost/testbed-base:bookworm"
+IMAGES = (NODE_IMAGE, BASE_IMAGE)
 
 
 def _sequence(scenario: str) -> list[str]:
@@ -31,6 +36,23 @@ def _sequence(scenario: str) -> list[str]:
     own = yaml.safe_load((ROLES / role / "molecule" / name / "molecule.yml").read_text()) or {}
     shared = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text())
     return (own.get("scenario") or {}).get("test_sequence") or shared["scenario"]["test_sequence"]
+
+
+def _images(scenario: str) -> set[str]:
+    """The images of the scenario's platforms (a ``${VAR:-default}`` reference counts as its default)."""
+    role, name = scenario.split("/")
+    config = yaml.safe_load((ROLES / role / "molecule" / name / "molecule.yml").read_text())
+    return {
+        re.sub(r"^\$\{\w+:-(.*)\}$", r"\1", platform["image"]) for platform in config.get("platforms", [])
+    }
+
+
+def _params() -> list:
+    """Every scenario as a parameter, marked ``base_image`` where the node image is not among its images."""
+    return [
+        pytest.param(s, marks=[pytest.mark.base_image] if _images(s) == {BASE_IMAGE} else [])
+        for s in SCENARIOS
+    ]
 
 
 def _environment() -> dict[str, str]:
@@ -66,14 +88,15 @@ def _molecule(role: str, name: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def molecule_runs(request):
     """Starts `molecule test` for every selected scenario (a few at a time); scenario -> its Future."""
-    for image in IMAGES:
-        found = subprocess.run(["podman", "image", "exists", image], env=_environment(), check=False)
-        assert found.returncode == 0, f"{image} is missing: run `make image` first"
     selected = [
         item.callspec.params["scenario"]
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_molecule_scenario"
     ]
+    # only the images the selected scenarios use: the base image's scenarios run while the node image builds
+    for image in sorted(set().union(*map(_images, selected))):
+        found = subprocess.run(["podman", "image", "exists", image], env=_environment(), check=False)
+        assert found.returncode == 0, f"{image} is missing: run `make image` first"
     seconds: dict[str, float] = {}
     with ThreadPoolExecutor(max_workers=int(os.environ.get("MOLECULE_PARALLEL", "3"))) as pool:
         runs: dict[str, Future] = {s: pool.submit(_molecule_test, s, seconds) for s in selected}
@@ -102,11 +125,17 @@ def test_scenarios_are_discovered() -> None:
     assert {"dataset/default", "dataset/local"} <= set(SCENARIOS)
     # every role has one
     assert roles == {path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()}
+    # every platform uses one of the local images; those on the base image alone are marked to run while the
+    # node image builds (a ${VAR:-default} image counts as its default)
+    assert set().union(*map(_images, SCENARIOS)) == set(IMAGES)
+    base = {p.values[0] for p in _params() if any(m.name == "base_image" for m in p.marks)}
+    assert "prometheus/default" in base and "dataset/default" not in base, base
+    assert base == {s for s in SCENARIOS if _images(s) == {BASE_IMAGE}}
 
 
 @pytest.mark.slow
 @pytest.mark.molecule
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", _params())
 def test_molecule_scenario(scenario: str, molecule_runs) -> None:
     result = molecule_runs[scenario].result()
     # Ansible's output (the failing task) is on stdout, Molecule's own log on stderr: show the end of both.
