@@ -439,7 +439,8 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
     # start barrier, where the bootstrap peer gives up after start_timeout (every peer starts at once, so a
     # short barrier alone no longer keeps anyone out)
-    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 20}
+    # 10 s: peer-01 waits it out; every peer starts at once and peer-02's trainer fails as it starts
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 10}
     settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
     cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
@@ -475,12 +476,15 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
 
 def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
     """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
-    training, and again: each run ends what the interrupted one left (the probe's server, the trainers) and
-    says so, and the last completes. Then the same complete run into a new results_root: fetched, not run
-    again."""
+    training, and again (with FAST's 60 steps instead of 200): each run ends what the interrupted one left
+    (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
+    new results_root: fetched, not run again."""
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
     settings.update(max_steps=200, experiment_id="e2e-interrupted")  # still training when the next run starts
     arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
+    # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
+    shorter = settings | {"max_steps": FAST["max_steps"]}
+    completing = extra_vars(results_root=str(tmp_path / "results"), **shorter)
     # a cache of its own: the bandwidth probe is measured, not reused from an earlier test's
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     in_probe = interrupt_playbook(
@@ -496,16 +500,15 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
         "the probe's server outlived the interrupted run and the next run ended it",
         in_training.output[-3000:],
     )
-    done = run_playbook("experiment.yml", *arguments, env=env)
+    done = run_playbook("experiment.yml", *completing, env=env)
     assert done.returncode == 0, done.output[-8000:]
     for peer in ("peer-01", "peer-02"):
         assert f"{peer}: ended what an earlier run left: testbed-trainer.service" in done.output, peer
     assert read_json(tmp_path / "results" / "e2e-interrupted" / "experiment.json")["complete"] is True
 
     # complete on the hosts, absent from a new results_root: fetched there, not run again
-    elsewhere = run_playbook(
-        "experiment.yml", *arguments, "-e", json.dumps({"results_root": str(tmp_path / "elsewhere")}), env=env
-    )
+    elsewhere_root = json.dumps({"results_root": str(tmp_path / "elsewhere")})
+    elsewhere = run_playbook("experiment.yml", *completing, "-e", elsewhere_root, env=env)
     assert elsewhere.returncode == 0, elsewhere.output[-8000:]
     assert "is complete on every peer; not running it again" in elsewhere.output
     copied = tmp_path / "elsewhere" / "e2e-interrupted"
