@@ -437,9 +437,8 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
 
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
-    # start barrier, where the bootstrap peer gives up after start_timeout (every peer starts at once, so a
-    # short barrier alone no longer keeps anyone out)
-    # 10 s: peer-01 waits it out; every peer starts at once and peer-02's trainer fails as it starts
+    # start barrier, where the bootstrap peer gives up after start_timeout: 10 s, which peer-01 waits out
+    # (every peer starts at once and peer-02's fails as it starts: a short barrier keeps nobody out)
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 10}
     settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
