@@ -9,6 +9,8 @@ import ast
 import doctest
 import importlib
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -94,19 +96,40 @@ def test_docstring_examples(name):
     assert result.attempted > 0 and result.failed == 0, result
 
 
-def test_a_vms_wheel_carries_the_trainer_and_the_shared_package_only(tmp_path):
-    """What the trainer role ships to every VM (scripts/build-trainer-wheel.sh): no controller code."""
+def _build_wheel(source: Path, out: Path) -> Path:
     built = subprocess.run(
-        [str(REPO / "scripts" / "build-trainer-wheel.sh"), str(REPO), str(tmp_path)],
+        [str(REPO / "scripts" / "build-trainer-wheel.sh"), str(source), str(out)],
+        env={**os.environ, "PYTHON": sys.executable},  # a copied source has no .venv of its own
         capture_output=True,
         text=True,
         check=True,
     )
-    with zipfile.ZipFile(built.stdout.strip()) as wheel:
+    return Path(built.stdout.strip())
+
+
+def test_a_vms_wheel_carries_the_trainer_and_the_shared_package_only(tmp_path):
+    """What the trainer role ships to every VM (scripts/build-trainer-wheel.sh): no controller code."""
+    with zipfile.ZipFile(_build_wheel(REPO, tmp_path)) as wheel:
         packages = {
             name.split("/")[0] for name in wheel.namelist() if not name.split("/")[0].endswith("-info")
         }
     assert packages == {"trainer", "experiment"}
+
+
+def test_the_wheel_of_unchanged_sources_is_reused_and_a_change_builds_it_again(tmp_path):
+    source, out = tmp_path / "source", tmp_path / "out"
+    source.mkdir()
+    shutil.copy(REPO / "pyproject.toml", source)
+    for package in ("trainer", "experiment"):
+        shutil.copytree(REPO / package, source / package)
+    first = _build_wheel(source, out)
+    built_at = first.stat().st_mtime_ns
+    assert _build_wheel(source, out) == first and first.stat().st_mtime_ns == built_at  # reused, not rebuilt
+    (source / "trainer" / "added_module.py").write_text("VALUE = 1\n")
+    again = _build_wheel(source, out)
+    with zipfile.ZipFile(again) as wheel:
+        assert "trainer/added_module.py" in wheel.namelist()
+    assert len(list(out.glob(".source-*"))) == 1  # the old sources' record is gone with their wheel
 
 
 def test_a_plugin_command_whose_package_is_absent_is_not_offered(monkeypatch):
