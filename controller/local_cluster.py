@@ -28,13 +28,14 @@ def testbed_container_sizes(wanted, plan, hostvars, host_cores) -> dict[str, dic
 
 def testbed_inspected_containers(inspected: str) -> dict[str, dict]:
     """`podman inspect` of the existing containers (its JSON), by name: running, the CPUs and memory (MiB)
-    each was created with, and ``spec``, the label that local-cluster.yml gave it at its creation (what it was
-    created from, limits aside: a running container of this run's spec is left as it is).
+    each was created with, ``spec``, the label that local-cluster.yml gave it at its creation (what it was
+    created from, limits aside: a running container of this run's spec is left as it is), and ``cgroup``, its
+    cgroup's path (where the limits it runs with now are read: a run's ``podman update`` is not in the above).
 
     >>> testbed_inspected_containers(json.dumps([{"Name": "testbed-peer-01", "State": {"Running": True},
     ...     "HostConfig": {"CpuQuota": 87500, "CpuPeriod": 100000, "Memory": 3221225472},
     ...     "Config": {"Labels": {"testbed.spec": "9f2c"}}}]))
-    {'testbed-peer-01': {'running': True, 'cpus': 0.875, 'memory_mb': 3072, 'spec': '9f2c'}}
+    {'testbed-peer-01': {'running': True, 'cpus': 0.875, 'memory_mb': 3072, 'spec': '9f2c', 'cgroup': ''}}
     """
     containers = {}
     for found in json.loads(inspected or "[]"):
@@ -45,23 +46,6 @@ def testbed_inspected_containers(inspected: str) -> dict[str, dict]:
             "cpus": round(quota / period, 3) if quota > 0 and period > 0 else 0.0,
             "memory_mb": int(limits.get("Memory") or 0) // (1024 * 1024),
             "spec": ((found.get("Config") or {}).get("Labels") or {}).get("testbed.spec", ""),
+            "cgroup": (found.get("State") or {}).get("CgroupPath") or "",
         }
     return containers
-
-
-def testbed_limits_changed(wanted, containers, sizes, prefix) -> list[str]:
-    """The wanted hosts whose container this run creates or gives other limits than it was created with (a
-    container's creation values are all podman 4.3 shows: the limits a run set in place are not).
-
-    >>> containers = {"t-peer-01": {"cpus": 0.875, "memory_mb": 3072}}
-    >>> sizes = {"peer-01": {"cpus_limit": 0.875, "memory_mb": 3072}}
-    >>> sizes["peer-02"] = {"cpus_limit": 1.0, "memory_mb": 2048}
-    >>> testbed_limits_changed(["peer-01", "peer-02"], containers, sizes, "t-")
-    ['peer-02']
-    """
-    changed = []
-    for host in wanted:
-        found, size = containers.get(prefix + host), sizes[host]
-        if found is None or (found["cpus"], found["memory_mb"]) != (size["cpus_limit"], size["memory_mb"]):
-            changed.append(host)
-    return changed

@@ -3,7 +3,6 @@
 from controller.local_cluster import (
     testbed_container_sizes,
     testbed_inspected_containers,
-    testbed_limits_changed,
 )
 
 
@@ -12,5 +11,4 @@ class FilterModule:
         return {
             "testbed_container_sizes": testbed_container_sizes,
             "testbed_inspected_containers": testbed_inspected_containers,
-            "testbed_limits_changed": testbed_limits_changed,
         }
