@@ -11,9 +11,12 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import multiprocessing
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from experiment.results import is_complete
 from trainer.config import ConfigError, add_arguments, config_from_namespace
@@ -112,5 +115,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         from trainer.runner import run
 
-        return run(config)
+        exit_code = run(config)
+        if argv is None:  # the process's own run (the `trainer` command), not a caller's
+            _end_process(exit_code)
+        return exit_code
     return int(_load(args._module).main(args) or 0)
+
+
+def _end_process(exit_code: int) -> NoReturn:
+    """Ends the trainer's process once its run is over and its files are written and closed: the logs and
+    the standard streams flushed, any child process still there (a data loader's workers) terminated, then
+    ``os._exit`` without the interpreter's teardown. That teardown freed torch's and Hivemind's objects in C
+    for 1.2-1.7 s after every Hivemind run here (more on a fraction of a core), time that each run spent
+    between its summary and its unit's end, with nothing left to save."""
+    for child in multiprocessing.active_children():
+        child.terminate()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -121,3 +123,33 @@ def test_crash_mid_run_exits_1_with_summary(monkeypatch, tmp_path) -> None:
     summary = read_summary(tmp_path)
     assert summary["exit_reason"] == "error" and summary["exit_detail"] == "RuntimeError: boom"
     assert summary["steps"] == 2 and strategy.finished_with == "error"
+
+
+# the trainer command's end (trainer/cli.py): os._exit once the run is over (no interpreter teardown)
+END_PROCESS = """
+import logging, multiprocessing, sys, time
+from trainer.cli import _end_process
+
+logging.basicConfig(filename=sys.argv[1], level=logging.INFO)
+child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+child.start()
+print(child.pid)
+logging.info("run ended: the last line")
+sys.stdout.write("unflushed")
+_end_process(3)
+"""
+
+
+def test_the_trainer_process_ends_with_its_exit_code_its_logs_flushed_and_no_child_left(tmp_path) -> None:
+    log = tmp_path / "trainer.log"
+    ended = subprocess.run(
+        [sys.executable, "-c", END_PROCESS, str(log)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ended.returncode == 3, ended.stderr
+    child_pid, rest = ended.stdout.split("\n", 1)
+    assert rest == "unflushed"
+    assert log.read_text().strip().endswith("run ended: the last line")
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child_pid}") and time.monotonic() < deadline:  # reaped by init
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{child_pid}"), "the child process outlived the trainer"
