@@ -222,8 +222,14 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         assert up == {peer: 1.0}, (peer, up)
         scraped = _prometheus(port, f'max_over_time(trainer_steps_total{{peer="{peer}"}}{span})', at)
         assert scraped and 0 < scraped[peer] <= len(steps), (peer, scraped)
-        nodes = _prometheus(port, f'min_over_time(up{{job="node",host="{peer}"}}{span})', at)
-        assert list(nodes.values()) == [1.0], (peer, nodes)
+        # the node exporter answered all along: at most one scrape missed, which on the slower peer's small
+        # CPU share can be a scrape past its 4 s timeout while the trainer uses the share (seen once in a CI
+        # run); an exporter that is down misses every scrape
+        node = f'up{{job="node",host="{peer}"}}{span}'
+        scrapes = _prometheus(port, f"count_over_time({node})", at)
+        missed = _prometheus(port, f"count_over_time({node}) - sum_over_time({node})", at)
+        assert list(scrapes.values()) and list(scrapes.values())[0] >= 3, (peer, scrapes)
+        assert list(missed.values()) and list(missed.values())[0] <= 1, (peer, missed, scrapes)
     dashboards = _in("monitor", "ls", "/var/lib/grafana/dashboards/testbed", check=True).stdout.split()
     assert {"experiment.json", "hosts.json"} <= set(dashboards), dashboards
     assert (
