@@ -206,7 +206,9 @@ def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
     assert "wheelhouse for Python 3.11, glibc 2.36, x86_64 (cp311)" in said, output[-3000:]
     # the wheelhouse the role built, named after the requirements and the target (controller/wheelhouse.py)
     name = Target().name((REPO / "requirements" / "node.txt").read_text())
-    wheels = [path.name for path in (REPO / "build" / "wheelhouse" / name / "wheels").glob("*.whl")]
+    directory = Path(re.search(r" wheels in (\S+), tags ", said).group(1))
+    assert directory.parent.name == name, directory  # in the user's cache (trainer_wheelhouse_dir)
+    wheels = [path.name for path in directory.glob("*.whl")]
     assert any(name.startswith("torch-2.14.1-cp311-cp311-manylinux") for name in wheels), wheels
     for name in wheels:
         python, abi, platform = name[: -len(".whl")].split("-")[-3:]
