@@ -46,9 +46,8 @@ def _write_key(path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    der = key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-    )
+    encoding, private_format = serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL
+    der = key.private_bytes(encoding, private_format, serialization.NoEncryption())
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     with os.fdopen(descriptor, "wb") as out:
         out.write(_key_message(der))
