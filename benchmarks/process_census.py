@@ -121,11 +121,19 @@ def summarise(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for peer, processes in sample["peers"].items():
             for process in processes:
                 seen.setdefault((peer, process["pid"]), []).append((sample["time"], process))
+    # a child's number in one census depends on which children were alive then (one that ended first
+    # renumbers the others): number each peer's children once, by pid, over every sample
+    children: dict[str, list[int]] = {}
+    for (peer, pid), appearances in sorted(seen.items()):
+        if appearances[0][1]["kind"].startswith("python child"):
+            children.setdefault(peer, []).append(pid)
     summary: dict[str, dict[str, Any]] = {}
-    for (peer, _), appearances in sorted(seen.items()):
+    for (peer, pid), appearances in sorted(seen.items()):
         (t0, first), (t1, last) = appearances[0], appearances[-1]
+        numbered = children.get(peer, [])
+        name = f"python child {numbered.index(pid) + 1}" if pid in numbered else last["kind"]
         row = summary.setdefault(peer, {}).setdefault(
-            last["kind"], {"processes": 0, "threads": 0, "cores": 0.0, "environment": first["environment"]}
+            name, {"processes": 0, "threads": 0, "cores": 0.0, "environment": first["environment"]}
         )
         row["processes"] += 1
         row["threads"] += max(process["threads"] for _, process in appearances)
