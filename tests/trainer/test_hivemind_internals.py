@@ -470,3 +470,31 @@ def _info(tensor):
     from hivemind.compression import CompressionInfo
 
     return CompressionInfo.from_tensor(tensor)
+
+
+def test_a_joining_peer_waits_for_the_bootstrap_peers_port_instead_of_failing_and_sleeping():
+    import socket
+    import threading
+
+    from trainer.strategies.hivemind.strategy import _wait_until_listening
+
+    with socket.socket() as probe:  # a free port, not listened on yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"/ip4/127.0.0.1/tcp/{port}/p2p/QmXfw7bXTd3Ab7ERtqgnSBRHb7a4zG8fUX4ArvpGSRbAk6"
+    started = time.monotonic()
+    assert _wait_until_listening([address], started + 0.5) is False  # nobody listens: the deadline ends it
+    assert 0.5 <= time.monotonic() - started < 2
+
+    server = socket.socket()
+    opened = threading.Timer(0.4, lambda: (server.bind(("127.0.0.1", port)), server.listen()))
+    opened.start()
+    try:
+        started = time.monotonic()
+        assert _wait_until_listening([address], started + 10) is True
+        assert 0.4 <= time.monotonic() - started < 1.5  # as soon as it listens, not at the deadline
+    finally:
+        opened.join()
+        server.close()
+    # an address the check cannot read is left to the DHT's own attempt
+    assert _wait_until_listening(["/dns4/bootstrap/tcp/1/p2p/Qm"], time.monotonic()) is True

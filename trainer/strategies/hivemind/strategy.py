@@ -27,8 +27,11 @@ import contextlib
 import logging
 import math
 import os
+import re
 import signal
+import socket
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -501,6 +504,9 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
     attempts = 0
     while True:
         attempts += 1
+        # every peer starts at once, the bootstrap peer's DHT a second or more later: an attempt before it
+        # listens fails after starting a daemon for nothing, then waited a second to retry
+        _wait_until_listening(config.initial_peers, deadline)
         try:
             return hivemind.DHT(
                 start=True,
@@ -520,7 +526,27 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
                     f"(initial_peers={peers})"
                 ) from exc
             log.warning("joining the DHT failed (%s); retrying", reason)
-            time.sleep(1.0)
+            time.sleep(0.5)
+
+
+def _wait_until_listening(multiaddrs: Sequence[str], deadline: float) -> bool:
+    """Wait until one of ``multiaddrs`` (``/ip4/<address>/tcp/<port>/...`` or ``/ip6/...``) accepts a TCP
+    connection, checking every 0.1 s, or until ``deadline`` (time.monotonic()); False when none did. An
+    address of another form counts as listening (the DHT's own attempt says what is wrong with it)."""
+    targets = []
+    for multiaddr in multiaddrs:
+        found = re.match(r"^/ip[46]/([^/]+)/tcp/(\d+)(/|$)", multiaddr)
+        if found is None:
+            return True
+        targets.append((found.group(1), int(found.group(2))))
+    while targets:
+        for address, port in targets:
+            with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5):
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 # ---------------------------------------------------------------------- processes
