@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -74,15 +75,18 @@ def _molecule_test(scenario: str, seconds: dict[str, float]) -> subprocess.Compl
 
 
 def _molecule(role: str, name: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "molecule"), "test", "--scenario-name", name],
-        cwd=ROLES / role,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
+    # a new ephemeral directory (Molecule's state, inventory, logs) for every run: the shared sequence has no
+    # destroy step before create, so an earlier killed run's state ("created") must not skip the create step
+    with tempfile.TemporaryDirectory(prefix=f"molecule-{role}-{name}-") as ephemeral:
+        return subprocess.run(
+            [str(BIN / "molecule"), "test", "--scenario-name", name],
+            cwd=ROLES / role,
+            env={**_environment(), "MOLECULE_EPHEMERAL_DIRECTORY": ephemeral},
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
 
 
 @pytest.fixture(scope="module")
