@@ -504,8 +504,8 @@ def _join_dht(hivemind: Any, config: RunConfig) -> Any:
     attempts = 0
     while True:
         attempts += 1
-        # every peer starts at once, the bootstrap peer's DHT a second or more later: an attempt before it
-        # listens fails after starting a daemon for nothing, then waited a second to retry
+        # every peer starts at once and the bootstrap peer's DHT listens a second or more later: an attempt
+        # before that starts a DHT daemon only to fail, so wait for its port first
         _wait_until_listening(config.initial_peers, deadline)
         try:
             return hivemind.DHT(
