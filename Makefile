@@ -90,17 +90,29 @@ pytest: setup
 # `make test`: the linters, and the local images' build with the Molecule scenarios, run beside the
 # parallel pass (none of them times anything; the build mostly writes the image's layer and the scenarios
 # mostly wait on containers, which left the two cores partly idle), their output shown once all are done;
-# then the rest of the serial pass, with nothing beside it (its tests time things or train dilated peers, and
-# need the images). The scenarios on the base image alone (marker base_image) run while the node image
-# builds, the others once it is built. Any part failing fails. The images are built as `make image` does
-# (nothing to do when they are current).
+# then the rest of the serial pass (its tests time things or train dilated peers, and need the images): those
+# on real peers alone, then the end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios
+# on the base image alone (marker base_image) run while the node image builds, the others once it is built.
+# Any part failing fails. The images are built as `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not base_image" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 	$(MOLECULE_BASE_PASS) > "$$base_log" 2>&1 & base=$$!; \
 	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
 	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
-SERIAL_REST := pytest -m "($(SERIAL_TESTS)) and not molecule" tests/
+# The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
+# two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py)
+# and the real cluster's path on its stand-in VMs (marker stand_in_vms). Each lane has its own containers,
+# podman network, inventory and outside namespace; alone, each ran at about one core of the two (Ansible's
+# controller, podman exec and SSH round trips, barrier and probe waits: docs/run-overhead.md, session 45).
+# The stand-in VMs' output is shown once both lanes are done.
+SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not molecule and not local_cluster and not stand_in_vms" tests/
+E2E_LANES := vms_log=$$(mktemp); \
+	pytest -m stand_in_vms tests/e2e/test_real_vm_path.py > "$$vms_log" 2>&1 & vms=$$!; \
+	echo "the stand-in VMs' tests (tests/e2e/test_real_vm_path.py) run beside these; their output follows"; \
+	pytest -m local_cluster tests/; lane=$$?; \
+	wait $$vms; vms=$$?; cat "$$vms_log"; rm -f "$$vms_log"; \
+	[ $$vms = 0 ] || echo "the stand-in VMs' tests failed"; [ $$lane = 0 ] && exit $$vms; exit $$lane
 test: apt cgroups venv infra-setup
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
@@ -110,7 +122,8 @@ test: apt cgroups venv infra-setup
 	cat "$$lint_log"; rm -f "$$lint_log"; \
 	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
-	$(SERIAL_REST) || status=$$?; \
+	$(SERIAL_ALONE) || status=$$?; \
+	( $(E2E_LANES) ) || status=$$?; \
 	exit $$status
 
 # The images (as `make image`) and every Molecule scenario, as `make test` runs them.

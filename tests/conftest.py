@@ -87,10 +87,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ClusterGate(), "testbed-cluster-gate")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the marker set here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests on the shared local cluster run last, in their own order: its containers (Ceph's daemons,
-    Prometheus, the exporters) would otherwise idle beside every later test, on the same two cores, until the
-    session's end removes them (``local_cluster``)."""
+    """The tests on the shared local cluster carry the marker ``local_cluster`` (`make test` runs them as one
+    lane: Makefile) and run last, in their own order: its containers (Ceph's daemons, Prometheus, the
+    exporters) would otherwise idle beside every later test, on the same two cores, until the session's end
+    removes them (``local_cluster``)."""
+    for item in items:
+        if "local_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.local_cluster)
     items.sort(key=lambda item: "local_cluster" in getattr(item, "fixturenames", ()))
 
 

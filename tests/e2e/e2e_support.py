@@ -98,37 +98,38 @@ def read_json(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------ a neighbour outside the cluster network
-OUTSIDE = "tb-e2e-outside"  # a network namespace outside the cluster network, routed to it through this host
-OUTSIDE_HOST, OUTSIDE_ADDRESS = "10.250.66.1", "10.250.66.2"
-
-
 @contextlib.contextmanager
-def outside_namespace() -> Iterator[list[str]]:
+def outside_namespace(subnet: int) -> Iterator[list[str]]:
     """A machine on the host's network, as a network namespace whose default route is this host (which
-    forwards to the podman network): yields the command prefix that runs a program there."""
+    forwards to the podman network): yields the command prefix that runs a program there. ``subnet``, the
+    third octet of the caller's cluster network, names the namespace, its link and its /30
+    (10.250.<subnet>.0): the local cluster's tests and the stand-in VMs' run at once in `make test`, each
+    with its own."""
 
     def ip(*args: str, check: bool = True) -> None:
         subprocess.run(["ip", *args], check=check, capture_output=True)
 
-    ip("netns", "del", OUTSIDE, check=False)
-    ip("link", "del", "tbe2e0", check=False)
+    namespace, host_end, inside_end = f"tb-e2e-out{subnet}", f"tbe2e{subnet}h", f"tbe2e{subnet}n"
+    host_address, inside_address = f"10.250.{subnet}.1", f"10.250.{subnet}.2"
+    ip("netns", "del", namespace, check=False)
+    ip("link", "del", host_end, check=False)
     try:
-        ip("netns", "add", OUTSIDE)
-        ip("link", "add", "tbe2e0", "type", "veth", "peer", "name", "tbe2e1")
-        ip("link", "set", "tbe2e1", "netns", OUTSIDE)
-        ip("addr", "add", f"{OUTSIDE_HOST}/30", "dev", "tbe2e0")
-        ip("link", "set", "tbe2e0", "up")
+        ip("netns", "add", namespace)
+        ip("link", "add", host_end, "type", "veth", "peer", "name", inside_end)
+        ip("link", "set", inside_end, "netns", namespace)
+        ip("addr", "add", f"{host_address}/30", "dev", host_end)
+        ip("link", "set", host_end, "up")
         for command in (
-            ["addr", "add", f"{OUTSIDE_ADDRESS}/30", "dev", "tbe2e1"],
-            ["link", "set", "tbe2e1", "up"],
+            ["addr", "add", f"{inside_address}/30", "dev", inside_end],
+            ["link", "set", inside_end, "up"],
             ["link", "set", "lo", "up"],
-            ["route", "add", "default", "via", OUTSIDE_HOST],
+            ["route", "add", "default", "via", host_address],
         ):
-            ip("netns", "exec", OUTSIDE, "ip", *command)
-        yield ["ip", "netns", "exec", OUTSIDE]
+            ip("netns", "exec", namespace, "ip", *command)
+        yield ["ip", "netns", "exec", namespace]
     finally:
-        ip("netns", "del", OUTSIDE, check=False)
-        ip("link", "del", "tbe2e0", check=False)
+        ip("netns", "del", namespace, check=False)
+        ip("link", "del", host_end, check=False)
 
 
 @contextlib.contextmanager

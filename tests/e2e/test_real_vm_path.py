@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,9 @@ from shared_cluster import BIN, REPO, environment
 
 from controller.wheelhouse import Target
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# stand_in_vms: `make test` runs this file beside the local cluster's tests (its own containers, network and
+# outside namespace), see the Makefile
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.stand_in_vms]
 
 PREFIX, NETWORK, SUBNET = "testbed-vmtest-", "testbed-vmtest", "10.89.74"
 HOSTS = {"peer-01": f"{SUBNET}.101", "peer-02": f"{SUBNET}.102", "monitor": f"{SUBNET}.10"}
@@ -319,18 +322,12 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     other.unlink(missing_ok=True)
     other.with_suffix(".pub").unlink(missing_ok=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    wrong_key = run_playbook("experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
-                             "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}),
-                             "-e", vms.known_hosts, timeout=300,
-                             # its own SSH master connections (the earlier runs' persist with the key)
-                             env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(vms.work / "cp")})  # fmt: skip
     # a user without sudo
     for host in HOSTS:
         vms.ssh(
             host,
             "sudo useradd -m nosudo && sudo cp -r ~/.ssh /home/nosudo/ && sudo chown -R nosudo ~nosudo/.ssh",
         )
-    no_sudo = vms.playbook("vm-bad-sudo", "-e", "ansible_user=nosudo")
     # an unreachable host: peer-02's address is one nobody answers at
     unreachable = vms.work / "unreachable"
     unreachable.mkdir()
@@ -339,7 +336,18 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     (unreachable / "hosts.yml").write_text(
         text.replace(f'ansible_host: "{HOSTS["peer-02"]}"', f'ansible_host: "{SUBNET}.199"')
     )
-    gone = vms.playbook("vm-bad-host", inventory=unreachable)
+    # the three runs at once: each stops in its first play, most of it waiting on SSH (the unreachable host's
+    # connection timeout), so one after another they waited about 40 s at half a core
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        key_run = pool.submit(
+            run_playbook, "experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
+            "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, timeout=300,
+            # its own SSH master connections (the earlier runs' persist with the key)
+            env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(vms.work / "cp")},
+        )  # fmt: skip
+        sudo_run = pool.submit(vms.playbook, "vm-bad-sudo", "-e", "ansible_user=nosudo")
+        host_run = pool.submit(vms.playbook, "vm-bad-host", inventory=unreachable)
+        wrong_key, no_sudo, gone = key_run.result(), sudo_run.result(), host_run.result()
     for done, says in (
         (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
         (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
@@ -361,7 +369,7 @@ def test_no_port_is_open_from_outside_and_the_controller_still_connects(vms, tmp
     from a neighbour outside, every TCP port and the 100 most common UDP ports are closed, SSH included;
     the controller, whose SSH address the firewall's safety net added, still logs in."""
     names = [f"{PREFIX}{host}" for host in HOSTS]
-    with outside_namespace() as outside, icmp_unlimited(names):
+    with outside_namespace(int(SUBNET.rsplit(".", 1)[1])) as outside, icmp_unlimited(names):
         scan = port_scan(outside, list(HOSTS.values()), tmp_path)
     print("port scan from outside:", json.dumps(scan, indent=1))
     assert set(scan) == set(HOSTS.values()), scan
