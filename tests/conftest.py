@@ -96,7 +96,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "local_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.local_cluster)
-    items.sort(key=lambda item: "local_cluster" in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: item.get_closest_marker("local_cluster") is not None)
 
 
 @pytest.fixture

@@ -99,16 +99,17 @@ def read_json(path: Path) -> dict:
 
 # ------------------------------------------------------------------ a neighbour outside the cluster network
 @contextlib.contextmanager
-def outside_namespace(subnet: int) -> Iterator[list[str]]:
+def outside_namespace(network_prefix: str) -> Iterator[list[str]]:
     """A machine on the host's network, as a network namespace whose default route is this host (which
-    forwards to the podman network): yields the command prefix that runs a program there. ``subnet``, the
-    third octet of the caller's cluster network, names the namespace, its link and its /30
-    (10.250.<subnet>.0): the local cluster's tests and the stand-in VMs' run at once in `make test`, each
-    with its own."""
+    forwards to the podman network): yields the command prefix that runs a program there. The third octet
+    of the scanned cluster's ``network_prefix`` ("10.89.66") names the namespace, its link and its /30
+    (10.250.66.0): the local cluster's tests and the stand-in VMs' run at once in `make test`, each with
+    its own."""
 
     def ip(*args: str, check: bool = True) -> None:
         subprocess.run(["ip", *args], check=check, capture_output=True)
 
+    subnet = int(network_prefix.rsplit(".", 1)[1])
     namespace, host_end, inside_end = f"tb-e2e-out{subnet}", f"tbe2e{subnet}h", f"tbe2e{subnet}n"
     host_address, inside_address = f"10.250.{subnet}.1", f"10.250.{subnet}.2"
     ip("netns", "del", namespace, check=False)

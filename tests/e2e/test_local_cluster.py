@@ -425,8 +425,8 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
             assert _connects(peer, port, via=["podman", "exec", f"{prefix}peer-01"]) == "open", port
         for host in ("peer-02", "storage"):  # ... the added service answers on the host itself ...
             assert _connects(addresses[host], 8088, via=["podman", "exec", f"{prefix}{host}"]) == "open", host
-        subnet = int(ISOLATED_CLUSTER["testbed_network_prefix"].rsplit(".", 1)[1])
-        with outside_namespace(subnet) as outside, icmp_unlimited([f"{prefix}{host}" for host in addresses]):
+        network = ISOLATED_CLUSTER["testbed_network_prefix"]
+        with outside_namespace(network) as outside, icmp_unlimited([f"{prefix}{host}" for host in addresses]):
             scan = port_scan(outside, list(addresses.values()), tmp_path)
     finally:
         for host in ("peer-02", "storage"):
