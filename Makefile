@@ -101,18 +101,21 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
 	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
-# two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py)
-# and the real cluster's path on its stand-in VMs (marker stand_in_vms). Each lane has its own containers,
-# podman network, inventory and outside namespace; alone, each ran at about one core of the two (Ansible's
-# controller, podman exec and SSH round trips, barrier and probe waits: docs/run-overhead.md, session 45).
-# The stand-in VMs' output is shown once both lanes are done.
-SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not molecule and not local_cluster and not stand_in_vms" tests/
-E2E_LANES := vms_log=$$(mktemp); \
-	pytest -m stand_in_vms tests/e2e/test_real_vm_path.py > "$$vms_log" 2>&1 & vms=$$!; \
-	echo "the stand-in VMs' tests (tests/e2e/test_real_vm_path.py) run beside these; their output follows"; \
+# two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
+# and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms) followed by the tests on
+# real peers whose checks hold on a loaded host (marker load_tolerant: they time nothing of this host). Each
+# lane has its own containers, podman network, inventory and outside namespace; alone, each ran at about one
+# core of the two (Ansible's controller, podman exec and SSH round trips, barrier and probe waits:
+# docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done.
+SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
+SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not local_cluster)" tests/
+E2E_LANES := second_log=$$(mktemp); \
+	$(SECOND_LANE) > "$$second_log" 2>&1 & second=$$!; \
+	echo "the stand-in VMs' tests and the load-tolerant ones run beside these; their output follows"; \
 	pytest -m local_cluster tests/; lane=$$?; \
-	wait $$vms; vms=$$?; cat "$$vms_log"; rm -f "$$vms_log"; \
-	[ $$vms = 0 ] || echo "the stand-in VMs' tests failed"; [ $$lane = 0 ] && exit $$vms; exit $$lane
+	wait $$second; second=$$?; cat "$$second_log"; rm -f "$$second_log"; \
+	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
+	[ $$lane = 0 ] && exit $$second; exit $$lane
 test: apt cgroups venv infra-setup
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
 	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \

@@ -486,7 +486,9 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
     (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
     new results_root: fetched, not run again."""
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
-    settings.update(max_steps=200, experiment_id="e2e-interrupted")  # still training when the next run starts
+    # an id of this attempt's: a rerun of the test must not find the first attempt's complete run on the hosts
+    experiment_id = f"e2e-interrupted-{time.strftime('%H%M%S')}"
+    settings.update(max_steps=200, experiment_id=experiment_id)  # still training when the next run starts
     arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
     # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
     shorter = settings | {"max_steps": FAST["max_steps"]}
@@ -510,13 +512,13 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
     assert done.returncode == 0, done.output[-8000:]
     for peer in ("peer-01", "peer-02"):
         assert f"{peer}: ended what an earlier run left: testbed-trainer.service" in done.output, peer
-    assert read_json(tmp_path / "results" / "e2e-interrupted" / "experiment.json")["complete"] is True
+    assert read_json(tmp_path / "results" / experiment_id / "experiment.json")["complete"] is True
 
     # complete on the hosts, absent from a new results_root: fetched there, not run again
     elsewhere_root = json.dumps({"results_root": str(tmp_path / "elsewhere")})
     elsewhere = run_playbook("experiment.yml", *completing, "-e", elsewhere_root, env=env)
     assert elsewhere.returncode == 0, elsewhere.output[-8000:]
     assert "is complete on every peer; not running it again" in elsewhere.output
-    copied = tmp_path / "elsewhere" / "e2e-interrupted"
+    copied = tmp_path / "elsewhere" / experiment_id
     assert read_json(copied / "experiment.json")["complete"] is True
     assert read_json(copied / "peer-02" / "summary.json")["complete"] is True
