@@ -106,11 +106,9 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # real peers whose checks hold on a loaded host (marker load_tolerant: they time nothing of this host). Each
 # lane has its own containers, podman network, inventory and outside namespace; alone, each ran at about one
 # core of the two (Ansible's controller, podman exec and SSH round trips, barrier and probe waits:
-# docs/run-overhead.md, sessions 45 and 46). The second lane runs at nice 5: the local cluster's lane is the
-# longer one, and beside it at equal weight it took 1217 s against 745 s. The second lane's output is shown
-# once both are done.
+# docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done.
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
-SECOND_LANE := nice -n 5 pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not local_cluster)" tests/
+SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not local_cluster)" tests/
 E2E_LANES := second_log=$$(mktemp); \
 	$(SECOND_LANE) > "$$second_log" 2>&1 & second=$$!; \
 	echo "the stand-in VMs' tests and the load-tolerant ones run beside these; their output follows"; \
