@@ -13,7 +13,6 @@ from experiment.results import read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 
-# load_tolerant: memory, not time (the Makefile runs it beside the local cluster's tests)
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant]
 
 

@@ -34,7 +34,6 @@ from monitoring_support import (
 
 from experiment.results import read_rounds
 
-# load_tolerant: its checks hold on a loaded host (the Makefile runs it beside the local cluster's tests)
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.hivemind,

@@ -15,7 +15,6 @@ from trainer_testing import REPO, trainer_command, trainer_env
 
 from experiment.results import read_evals, read_rounds, read_steps, read_summary
 
-# load_tolerant: its checks hold on a loaded host (the Makefile runs it beside the local cluster's tests)
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant]
 
 
