@@ -108,12 +108,18 @@ def launch(impl: str, net: Any, sizes: list[int], rounds: int, work_dir: Path, t
 
 def _launch_once(impl: str, net: Any, sizes: list[int], rounds: int, work_dir: Path, timeout: float) -> int:
     agent = work_dir / "netns-agent"
-    cases = "\n".join(f"  {net.address(r)}) ns={net.namespace(r)} ;;" for r in range(net.peers))
+    # each peer's orted keeps its session directory under its own folder, as on a host of its own: the peers
+    # share this host's name and /tmp, and orteds starting at once in one session directory raced for it
+    # (mkdir "File exists", a segmentation fault writing hwloc's shared topology there)
+    cases = "\n".join(
+        f"  {net.address(r)}) ns={net.namespace(r)} tmp='{work_dir}/orte-{r}' ;;" for r in range(net.peers)
+    )
     # OpenMPI calls "<agent> <host> <command line>", as it would ssh; the host is a peer's address
     agent.write_text(
         "#!/bin/sh\n# mpirun's launch agent: the command runs in the peer's network namespace, not over ssh\n"
         f'case "$1" in\n{cases}\n  *) echo "netns-agent: no peer at $1" >&2; exit 1 ;;\nesac\n'
-        'shift\nexec ip netns exec "$ns" /bin/sh -c "$*"\n'
+        'shift\nmkdir -p "$tmp"\n'
+        'exec ip netns exec "$ns" env OMPI_MCA_orte_tmpdir_base="$tmp" /bin/sh -c "$*"\n'
     )
     agent.chmod(0o755)
     subnet = f"{net.address(0).rsplit('.', 1)[0]}.0/24"
