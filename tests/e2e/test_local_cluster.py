@@ -141,6 +141,91 @@ def _netprobe(sender: str, receiver: str, address: str) -> float:
         serve.wait()
 
 
+# The two-peer runs on synthetic data run before the four peers read CephFS: a run that mounts no CephFS
+# stops the warm cluster's storage host, and the next one that mounts it waits for its restart (30-45 s
+# here, the metadata server reconnecting its clients).
+def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
+    # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
+    # start barrier, where the bootstrap peer gives up after start_timeout: 10 s, which peer-01 waits out
+    # (every peer starts at once and peer-02's fails as it starts: a short barrier keeps nobody out)
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 10}
+    settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
+    settings["experiment_id"] = "e2e-incomplete"
+    cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
+    port = yaml.safe_load(cluster.read_text())["testbed_ports"]["hivemind"]
+    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # e2e holder"
+    done = threading.Event()
+
+    def hold() -> None:
+        """The port held while the playbook runs: started as soon as peer-02's container runs, and again in
+        a container the playbook creates anew (both long before any trainer starts)."""
+        while not done.wait(0.5):
+            if _in("peer-02", "pgrep", "-f", "e2e holder").returncode == 1:
+                _in("peer-02", "python3", "-c", holder, detach=True)
+
+    holding = threading.Thread(target=hold, daemon=True)
+    holding.start()
+    try:
+        run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
+    finally:
+        done.set()
+        holding.join()
+        _in("peer-02", "pkill", "-f", "e2e holder")
+    assert run.returncode != 0
+    assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
+    experiment = read_json(tmp_path / "e2e-incomplete" / "experiment.json")
+    assert experiment["complete"] is False
+    assert "peer-01" in experiment["incomplete_reason"]
+    assert "start_timeout" in experiment["incomplete_reason"], experiment["incomplete_reason"]
+    summary = read_json(tmp_path / "e2e-incomplete" / "peer-01" / "summary.json")
+    assert summary["exit_reason"] == "start_timeout"
+    assert summary["complete"] is False
+
+
+def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
+    """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
+    training, and again (with FAST's 60 steps instead of 200): each run ends what the interrupted one left
+    (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
+    new results_root: fetched, not run again."""
+    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
+    # an id of this attempt's: a rerun of the test must not find the first attempt's complete run on the hosts
+    experiment_id = f"e2e-interrupted-{time.strftime('%H%M%S')}"
+    settings.update(max_steps=200, experiment_id=experiment_id)  # still training when the next run starts
+    arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
+    # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
+    shorter = settings | {"max_steps": FAST["max_steps"]}
+    completing = extra_vars(results_root=str(tmp_path / "results"), **shorter)
+    # a cache of its own: the bandwidth probe is measured, not reused from an earlier test's
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    in_probe = interrupt_playbook(
+        "experiment.yml", *arguments, at="TASK [Stream from the last peer to the first", env=env
+    )
+    assert in_probe.returncode != 0
+    in_training = interrupt_playbook(
+        "experiment.yml", *arguments, at="TASK [trainer_service : Wait up to one progress interval", env=env
+    )
+    assert "Address already in use" not in in_training.output, in_training.output[-4000:]
+    chance.expect(
+        "peer-01: ended what an earlier run left: trainer netprobe" in in_training.output,
+        "the probe's server outlived the interrupted run and the next run ended it",
+        in_training.output[-3000:],
+    )
+    done = run_playbook("experiment.yml", *completing, env=env)
+    assert done.returncode == 0, done.output[-8000:]
+    for peer in ("peer-01", "peer-02"):
+        assert f"{peer}: ended what an earlier run left: testbed-trainer.service" in done.output, peer
+    assert read_json(tmp_path / "results" / experiment_id / "experiment.json")["complete"] is True
+
+    # complete on the hosts, absent from a new results_root: fetched there, not run again
+    elsewhere_root = json.dumps({"results_root": str(tmp_path / "elsewhere")})
+    elsewhere = run_playbook("experiment.yml", *completing, "-e", elsewhere_root, env=env)
+    assert elsewhere.returncode == 0, elsewhere.output[-8000:]
+    assert "is complete on every peer; not running it again" in elsewhere.output
+    copied = tmp_path / "elsewhere" / experiment_id
+    assert read_json(copied / "experiment.json")["complete"] is True
+    assert read_json(copied / "peer-02" / "summary.json")["complete"] is True
+
+
 # ------------------------------------------------------------------ one run shared by the tests below
 # Four Hivemind peers reading Fashion-MNIST from CephFS, with monitoring and a DHT-only bootstrap node; the
 # last peer is a slower volunteer (half the vCPUs, half the bandwidth), per host from the inventory.
@@ -440,85 +525,3 @@ def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_p
         assert ports["65535 more/tcp"] == "closed", (address, ports)
         udp = sum(int(port.split()[0]) if " more/" in port else 1 for port in ports if port.endswith("/udp"))
         assert udp == 100, (address, ports)
-
-
-def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
-    # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
-    # start barrier, where the bootstrap peer gives up after start_timeout: 10 s, which peer-01 waits out
-    # (every peer starts at once and peer-02's fails as it starts: a short barrier keeps nobody out)
-    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 10}
-    settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
-    settings["experiment_id"] = "e2e-incomplete"
-    cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
-    port = yaml.safe_load(cluster.read_text())["testbed_ports"]["hivemind"]
-    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # e2e holder"
-    done = threading.Event()
-
-    def hold() -> None:
-        """The port held while the playbook runs: started as soon as peer-02's container runs, and again in
-        a container the playbook creates anew (both long before any trainer starts)."""
-        while not done.wait(0.5):
-            if _in("peer-02", "pgrep", "-f", "e2e holder").returncode == 1:
-                _in("peer-02", "python3", "-c", holder, detach=True)
-
-    holding = threading.Thread(target=hold, daemon=True)
-    holding.start()
-    try:
-        run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
-    finally:
-        done.set()
-        holding.join()
-        _in("peer-02", "pkill", "-f", "e2e holder")
-    assert run.returncode != 0
-    assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
-    experiment = read_json(tmp_path / "e2e-incomplete" / "experiment.json")
-    assert experiment["complete"] is False
-    assert "peer-01" in experiment["incomplete_reason"]
-    assert "start_timeout" in experiment["incomplete_reason"], experiment["incomplete_reason"]
-    summary = read_json(tmp_path / "e2e-incomplete" / "peer-01" / "summary.json")
-    assert summary["exit_reason"] == "start_timeout"
-    assert summary["complete"] is False
-
-
-def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
-    """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
-    training, and again (with FAST's 60 steps instead of 200): each run ends what the interrupted one left
-    (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
-    new results_root: fetched, not run again."""
-    settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
-    # an id of this attempt's: a rerun of the test must not find the first attempt's complete run on the hosts
-    experiment_id = f"e2e-interrupted-{time.strftime('%H%M%S')}"
-    settings.update(max_steps=200, experiment_id=experiment_id)  # still training when the next run starts
-    arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
-    # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
-    shorter = settings | {"max_steps": FAST["max_steps"]}
-    completing = extra_vars(results_root=str(tmp_path / "results"), **shorter)
-    # a cache of its own: the bandwidth probe is measured, not reused from an earlier test's
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    in_probe = interrupt_playbook(
-        "experiment.yml", *arguments, at="TASK [Stream from the last peer to the first", env=env
-    )
-    assert in_probe.returncode != 0
-    in_training = interrupt_playbook(
-        "experiment.yml", *arguments, at="TASK [trainer_service : Wait up to one progress interval", env=env
-    )
-    assert "Address already in use" not in in_training.output, in_training.output[-4000:]
-    chance.expect(
-        "peer-01: ended what an earlier run left: trainer netprobe" in in_training.output,
-        "the probe's server outlived the interrupted run and the next run ended it",
-        in_training.output[-3000:],
-    )
-    done = run_playbook("experiment.yml", *completing, env=env)
-    assert done.returncode == 0, done.output[-8000:]
-    for peer in ("peer-01", "peer-02"):
-        assert f"{peer}: ended what an earlier run left: testbed-trainer.service" in done.output, peer
-    assert read_json(tmp_path / "results" / experiment_id / "experiment.json")["complete"] is True
-
-    # complete on the hosts, absent from a new results_root: fetched there, not run again
-    elsewhere_root = json.dumps({"results_root": str(tmp_path / "elsewhere")})
-    elsewhere = run_playbook("experiment.yml", *completing, "-e", elsewhere_root, env=env)
-    assert elsewhere.returncode == 0, elsewhere.output[-8000:]
-    assert "is complete on every peer; not running it again" in elsewhere.output
-    copied = tmp_path / "elsewhere" / experiment_id
-    assert read_json(copied / "experiment.json")["complete"] is True
-    assert read_json(copied / "peer-02" / "summary.json")["complete"] is True

@@ -55,11 +55,15 @@ def shared_inventory(directory: Path) -> Path:
 
 
 def adapted_smoke(directory: Path) -> Path:
-    """grids/smoke.yml with the baseline block reading its dataset from a local copy, and 1 s matchmaking."""
+    """grids/smoke.yml with the baseline block reading its dataset from a local copy, run last, and 1 s
+    matchmaking."""
     grid = yaml.safe_load(SMOKE.read_text())
     grid["fixed"]["matchmaking_time"] = 1
     (baseline,) = [block for block in grid["blocks"] if block["name"] == "baseline"]
     baseline["fixed"]["dataset_storage"] = "local"
+    # the baseline last: a run that mounts no CephFS stops the warm cluster's storage host, and the next run
+    # that mounts it waits for its restart (30-45 s here, the metadata server reconnecting its clients)
+    grid["blocks"] = [*(block for block in grid["blocks"] if block is not baseline), baseline]
     path = directory / "smoke.yml"
     path.write_text(yaml.safe_dump(grid, sort_keys=False))
     return path
@@ -72,6 +76,8 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # the grid's noise floor first (issue 26: two peers training alone), whatever --only selects
     noise_floor, *ids = [run.experiment_id for run in select_runs(load_grid(smoke, repeats=1), only)]
     assert noise_floor.startswith("noise-floor-solo-p2-") and len(ids) == 2, ids
+    ids.reverse()  # the baseline, then the Hivemind run (the grid runs them the other way round)
+    assert "baseline" in ids[0] and "hivemind" in ids[1], ids
     status_file = results / "grid-smoke.status.json"
     env = environment()
     command = [
