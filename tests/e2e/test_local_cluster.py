@@ -184,13 +184,14 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
 
 def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
     """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
-    training, and again (with FAST's 60 steps instead of 200): each run ends what the interrupted one left
+    training, and again (with FAST's 60 steps instead of 2000): each run ends what the interrupted one left
     (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
     new results_root: fetched, not run again."""
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
     # an id of this attempt's: a rerun of the test must not find the first attempt's complete run on the hosts
     experiment_id = f"e2e-interrupted-{time.strftime('%H%M%S')}"
-    settings.update(max_steps=200, experiment_id=experiment_id)  # still training when the next run starts
+    # still training when the next run ends what it left (200 steps were once over in 20 s, before that)
+    settings.update(max_steps=2000, experiment_id=experiment_id)
     arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
     # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
     shorter = settings | {"max_steps": FAST["max_steps"]}
