@@ -190,7 +190,7 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "cpu_probe_seconds": 0}
     # an id of this attempt's: a rerun of the test must not find the first attempt's complete run on the hosts
     experiment_id = f"e2e-interrupted-{time.strftime('%H%M%S')}"
-    # still training when the next run ends what it left (200 steps were once over in 20 s, before that)
+    # still training when the next run ends what it left (200 steps once ended in 20 s, before it got there)
     settings.update(max_steps=2000, experiment_id=experiment_id)
     arguments = extra_vars(results_root=str(tmp_path / "results"), **settings)
     # the run that completes needs no more steps than FAST's: it ends the interrupted run's trainers first
