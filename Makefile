@@ -95,7 +95,7 @@ pytest: setup
 # on the base image alone (marker base_image) run while the node image builds, the others once it is built.
 # Any part failing fails. The images are built as `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
-MOLECULE_NODE_PASS := pytest -m "molecule and not base_image" tests/roles/test_molecule.py
+MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 	$(MOLECULE_BASE_PASS) > "$$base_log" 2>&1 & base=$$!; \
 	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
@@ -103,7 +103,8 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
 # and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms) followed by the tests on
-# real peers whose checks hold on a loaded host (marker load_tolerant: they time nothing of this host). Each
+# real peers whose checks hold on a loaded host and the two Molecule scenarios that deploy Ceph (marker
+# load_tolerant: they time nothing of this host; the scenarios moved out of the CPU-bound first phase). Each
 # lane has its own containers, podman network, inventory and outside namespace; alone, each ran at about one
 # core of the two (Ansible's controller, podman exec and SSH round trips, barrier and probe waits:
 # docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done.
@@ -129,9 +130,9 @@ test: apt cgroups venv infra-setup
 	( $(E2E_LANES) ) || status=$$?; \
 	exit $$status
 
-# The images (as `make image`) and every Molecule scenario, as `make test` runs them.
+# The images (as `make image`) and every Molecule scenario: those `make test` runs in its second lane last.
 molecule: apt cgroups venv
-	( $(MOLECULE_PASS) )
+	( $(MOLECULE_PASS) ) && pytest -m "molecule and load_tolerant" tests/roles/test_molecule.py
 
 # The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
 test-cluster: setup

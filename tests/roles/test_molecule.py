@@ -5,7 +5,8 @@ is spent waiting on containers, so the selected scenarios run a few at a time (M
 each in its own containers and networks; every scenario still passes or fails as its own test.
 
 A scenario whose containers all use the base image carries the marker ``base_image``: `make test` runs those
-while the node image builds (``-m "molecule and base_image"``), and the others once it is built."""
+while the node image builds (``-m "molecule and base_image"``), and the others once it is built; those marked
+``load_tolerant`` later, in its second lane (IN_THE_SECOND_LANE)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,23 @@ def _images(scenario: str) -> set[str]:
     }
 
 
+# The two scenarios that deploy a test Ceph, the heaviest: alone here about 230 core-seconds of the node image's
+# scenarios' 617 (docs/run-overhead.md, session 47). `make test` runs them in its second lane (they time
+# nothing: marker load_tolerant), where the cores have room, not beside the parallel pass, which has none.
+IN_THE_SECOND_LANE = {"ceph_test/default", "dataset/default"}
+
+
 def _params() -> list:
-    """Every scenario as a parameter, marked ``base_image`` where the base image is its only image."""
+    """Every scenario as a parameter, marked ``base_image`` where the base image is its only image, and
+    ``load_tolerant`` where `make test` runs it in its second lane."""
     return [
-        pytest.param(s, marks=[pytest.mark.base_image] if _images(s) == {BASE_IMAGE} else [])
+        pytest.param(
+            s,
+            marks=[
+                *([pytest.mark.base_image] if _images(s) == {BASE_IMAGE} else []),
+                *([pytest.mark.load_tolerant] if s in IN_THE_SECOND_LANE else []),
+            ],
+        )
         for s in SCENARIOS
     ]
 
@@ -134,6 +148,7 @@ def test_scenarios_are_discovered() -> None:
     assert set().union(*map(_images, SCENARIOS)) == set(IMAGES)
     base = {p.values[0] for p in _params() if any(m.name == "base_image" for m in p.marks)}
     assert "prometheus/default" in base and "dataset/default" not in base, base
+    assert IN_THE_SECOND_LANE <= set(SCENARIOS)
 
 
 @pytest.mark.slow
