@@ -50,8 +50,8 @@ def _images(scenario: str) -> set[str]:
 
 
 # The two scenarios that deploy a test Ceph, the heaviest: alone here about 230 core-seconds of the node
-# image's scenarios' 617 (docs/run-overhead.md, session 47). `make test` runs them in its second lane (they time
-# nothing: marker load_tolerant), where the cores have room, not beside the parallel pass, which has none.
+# image's scenarios' 617 (docs/run-overhead.md, session 47). `make test` runs them in its second lane (they
+# time nothing: marker load_tolerant), where the cores have room, not beside the parallel pass (none there).
 IN_THE_SECOND_LANE = {"ceph_test/default", "dataset/default"}
 
 
