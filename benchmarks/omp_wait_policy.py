@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -29,16 +30,23 @@ IMAGE = "localhost/testbed-node:latest"
 PYTHON = "/opt/testbed/venv/bin/python"  # the image's venv, with torch and torchvision
 
 WORKLOAD = """
-import json, sys, time
+import json, os, sys, time
 import torch
 from torchvision.models import resnet18
-threads, start_at, steps = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+threads, name, steps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 torch.set_num_threads(threads)
 model = resnet18(num_classes=10)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 images, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
-while time.time() < start_at:
+open(f"/bench/ready/{name}", "w").close()  # ready: the benchmark sets the common start once all are
+give_up = time.monotonic() + float(sys.argv[4])
+while not os.path.exists("/bench/ready/start"):
+    if time.monotonic() > give_up:
+        sys.exit("no common start came")
     time.sleep(0.01)
+start_at = float(open("/bench/ready/start").read())
+while time.time() < start_at:
+    time.sleep(0.001)
 cpu, wall = time.process_time(), time.monotonic()
 for _ in range(steps):
     optimizer.zero_grad()
@@ -49,24 +57,42 @@ print(json.dumps({"wall": time.monotonic() - wall, "cpu": time.process_time() - 
 
 
 def run_policy(policy: str | None, args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
-    """Every peer's {"wall", "cpu"} seconds for the steps, all peers started at one common time."""
+    """Every peer's {"wall", "cpu"} seconds for the steps, all peers started at one common time: set once
+    every peer has built its model and said so (a file in ready/), not after a fixed delay."""
     env = {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf")}
-    start_at = time.time() + args.start_delay
+    ready = workdir / "ready"
+    ready.mkdir(mode=0o777)
     policy_env = ["-e", f"OMP_WAIT_POLICY={policy}"] if policy else []
     quota = ["--cpu-period", str(args.cpu_period), "--cpu-quota", str(round(args.cpus * args.cpu_period))]
     command = ["podman", "run", "--rm", *quota, *policy_env, "-v", f"{workdir}:/bench:ro",
-               "--entrypoint", PYTHON, IMAGE, "/bench/workload.py", str(args.threads), str(start_at),
-               str(args.steps)]  # fmt: skip
+               "-v", f"{ready}:/bench/ready", "--entrypoint", PYTHON, IMAGE, "/bench/workload.py",
+               str(args.threads)]  # fmt: skip
+    names = [f"omp-wait-{os.getpid()}-{policy or 'default'}-{i}" for i in range(args.peers)]
     peers = [
-        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(args.peers)
-    ]
+        subprocess.Popen([*command[:3], "--name", name, *command[3:], name, str(args.steps),
+                          str(args.start_timeout)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for name in names
+    ]  # fmt: skip
+    deadline = time.monotonic() + args.start_timeout
+    while len(list(ready.glob("omp-wait-*"))) < args.peers:
+        if time.monotonic() > deadline or any(peer.poll() is not None for peer in peers):
+            # a killed `podman run` leaves its container running: remove them by name
+            subprocess.run(["podman", "rm", "--force", "--time", "0", *names], env=env, capture_output=True)
+            exited = [peer.communicate()[1].strip()[-2000:] for peer in peers if peer.returncode]
+            raise SystemExit(f"{len(list(ready.glob('omp-wait-*')))} of {args.peers} peers were ready within "
+                             f"{args.start_timeout:g} s (policy {policy or 'default'})"
+                             + "".join(f"\na peer exited: {err}" for err in exited if err))  # fmt: skip
+        time.sleep(0.05)
+    (ready / "start.tmp").write_text(str(time.time() + 0.2))  # a moment for every peer to read it
+    (ready / "start.tmp").rename(ready / "start")
     results = []
     for peer in peers:
-        out, err = peer.communicate(timeout=args.start_delay + 1800)
+        out, err = peer.communicate(timeout=1800)
         if peer.returncode != 0:
             raise SystemExit(f"a peer failed (policy {policy or 'default'}): {err.strip()[-2000:]}")
         results.append(json.loads(out.strip().splitlines()[-1]))
+    shutil.rmtree(ready)
     return results
 
 
@@ -84,7 +110,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per peer")
     parser.add_argument("--cpu-period", type=int, default=100_000, help="CFS period, us (podman's default)")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--start-delay", type=float, default=25.0, help="seconds for the containers to start")
+    parser.add_argument("--start-timeout", type=float, default=120.0,
+                        help="seconds for every container to start and build its model")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="omp-wait-") as tmp:
         workdir = Path(tmp)

@@ -22,7 +22,7 @@ def test_both_policies_are_measured_and_compared():
     exists = subprocess.run(["podman", "image", "exists", IMAGE], env=env, check=False)
     assert exists.returncode == 0, f"{IMAGE} is missing: run `make image` first"
     command = [sys.executable, "benchmarks/omp_wait_policy.py", "--peers", "2", "--cpus", "0.5",
-               "--threads", "2", "--steps", "8", "--start-delay", "10"]  # fmt: skip
+               "--threads", "2", "--steps", "8"]  # fmt: skip
     run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {}
