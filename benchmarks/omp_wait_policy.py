@@ -64,14 +64,13 @@ def run_policy(policy: str | None, args: argparse.Namespace, workdir: Path) -> l
     ready.mkdir(mode=0o777)
     policy_env = ["-e", f"OMP_WAIT_POLICY={policy}"] if policy else []
     quota = ["--cpu-period", str(args.cpu_period), "--cpu-quota", str(round(args.cpus * args.cpu_period))]
-    command = ["podman", "run", "--rm", *quota, *policy_env, "-v", f"{workdir}:/bench:ro",
-               "-v", f"{ready}:/bench/ready", "--entrypoint", PYTHON, IMAGE, "/bench/workload.py",
-               str(args.threads)]  # fmt: skip
     names = [f"omp-wait-{os.getpid()}-{policy or 'default'}-{i}" for i in range(args.peers)]
     peers = [
-        subprocess.Popen([*command[:3], "--name", name, *command[3:], name, str(args.steps),
-                          str(args.start_timeout)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(["podman", "run", "--rm", "--name", name, *quota, *policy_env,
+                          "-v", f"{workdir}:/bench:ro", "-v", f"{ready}:/bench/ready", "--entrypoint", PYTHON,
+                          IMAGE, "/bench/workload.py", str(args.threads), name, str(args.steps),
+                          str(args.start_timeout)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name in names
     ]  # fmt: skip
     deadline = time.monotonic() + args.start_timeout
