@@ -106,7 +106,7 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # and the benchmarks whose checks hold on a loaded host, and the two Molecule scenarios that deploy Ceph
 # (marker load_tolerant: they time nothing of this host; the scenarios moved out of the CPU-bound first
 # phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
-# at about one core of the two (Ansible's controller, podman exec and SSH round trips, barrier and probe waits:
+# at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits:
 # docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done.
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
 SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not local_cluster)" tests/

@@ -2,9 +2,11 @@
 
 Starts ``--hosts`` containers of the local cluster's image, then runs the same playbook (``--tasks`` rounds of
 a command, a stat and a copy on every container) once per connection, ``--repeats`` times alternately, and
-prints each run's wall seconds and seconds per task; then the ratio measured in this run: the collection's
-connection over testbed_podman (plugins/connection/testbed_podman.py: pipelining, a lazy mount). Every task's
-result is checked, so a connection that does less work cannot look faster.
+prints each run's wall seconds, seconds per task and the machine's CPU seconds per task (every process's,
+podman's and the containers' included, from /proc/stat); then the ratios measured in this run: the
+collection's connection over testbed_podman (plugins/connection/testbed_podman.py: pipelining, each module
+entered with nsenter). Every task's result is checked, so a connection that does less work cannot look
+faster.
 
 With ``--settings`` it also runs testbed_podman under the Ansible settings ansible.cfg chose against (issue
 #53): pipelining off, the ``free`` strategy, and half as many forks as hosts; each against ansible.cfg's.
@@ -49,24 +51,32 @@ def _playbook(rounds: int) -> list[dict]:
     return [{"name": "Connection benchmark", "hosts": "all", "gather_facts": False, "tasks": tasks}]
 
 
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (every core; /proc/stat's first line)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(
     connection: str, inventory: Path, playbook: Path, hosts: int, tasks: int, settings: dict | None = None
-) -> float:
+) -> tuple[float, float]:
+    """The run's wall seconds and the machine's busy CPU seconds during it."""
     env = dict(os.environ, CONTAINERS_CONF=str(REPO / "images" / "containers.conf"))
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
     env.update(settings or {})
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     command += ["-e", f"ansible_connection={connection}"]
-    started = time.monotonic()
+    started, busy = time.monotonic(), _busy_seconds()
     run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - started
+    wall, cpu = time.monotonic() - started, _busy_seconds() - busy
     if run.returncode != 0:
         raise SystemExit(f"{connection}: ansible-playbook failed\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
     stats = json.loads(run.stdout)["stats"]
     ran = [host["ok"] == tasks and host["failures"] == host["unreachable"] == 0 for host in stats.values()]
     if len(ran) != hosts or not all(ran):
         raise SystemExit(f"{connection}: expected {tasks} tasks on {hosts} hosts, got {stats}")
-    return wall
+    return wall, cpu
 
 
 def main() -> None:
@@ -91,25 +101,31 @@ def main() -> None:
             inventory.write_text(json.dumps({"all": {"hosts": dict.fromkeys(names, host_vars)}}))
             playbook.write_text(json.dumps(_playbook(args.tasks)))
             walls: dict[str, list[float]] = {connection: [] for connection in CONNECTIONS}
+            cpus: dict[str, list[float]] = {connection: [] for connection in CONNECTIONS}
             print(f"{args.hosts} containers, {tasks} tasks each, {args.repeats} runs per connection")
-            print(f"{'connection':<26} {'wall s':>8} {'s/task':>8}")
+            print(f"{'connection':<26} {'wall s':>8} {'s/task':>8} {'cpu s/host-task':>15}")
             variants = _variants(args.hosts) if args.settings else {}
             walls.update({name: [] for name in variants})
+            cpus.update({name: [] for name in variants})
+            # CPU per task per host: one module run
+            runs = tasks * args.hosts
             for _ in range(args.repeats):
-                for connection in CONNECTIONS:
-                    wall = _run(connection, inventory, playbook, args.hosts, tasks)
-                    walls[connection].append(wall)
-                    print(f"{connection:<26} {wall:8.1f} {wall / tasks:8.2f}", flush=True)
-                for name, settings in variants.items():
-                    wall = _run(CONNECTIONS[1], inventory, playbook, args.hosts, tasks, settings)
+                runs_of = [(c, c, {}) for c in CONNECTIONS] + [
+                    (n, CONNECTIONS[1], s) for n, s in variants.items()
+                ]
+                for name, connection, settings in runs_of:
+                    wall, cpu = _run(connection, inventory, playbook, args.hosts, tasks, settings)
                     walls[name].append(wall)
-                    print(f"{name:<26} {wall:8.1f} {wall / tasks:8.2f}", flush=True)
+                    cpus[name].append(cpu)
+                    print(f"{name:<26} {wall:8.1f} {wall / tasks:8.2f} {cpu / runs:15.3f}", flush=True)
     finally:
         for name in names:
             _podman("rm", "--force", "--time", "0", name, check=False)
     medians = {connection: statistics.median(values) for connection, values in walls.items()}
     ratio = medians[CONNECTIONS[0]] / medians[CONNECTIONS[1]]
     print(f"ratio (median wall, {CONNECTIONS[0]} / {CONNECTIONS[1]}): {ratio:.2f}")
+    cpu_ratio = statistics.median(cpus[CONNECTIONS[0]]) / statistics.median(cpus[CONNECTIONS[1]])
+    print(f"ratio (median CPU, {CONNECTIONS[0]} / {CONNECTIONS[1]}): {cpu_ratio:.2f}")
     for name in walls:
         if name not in CONNECTIONS:
             against = medians[name] / medians[CONNECTIONS[1]]

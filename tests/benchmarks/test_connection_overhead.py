@@ -23,10 +23,12 @@ def test_both_connections_run_every_task_and_are_compared():
                          timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     for connection in ("containers.podman.podman", "testbed_podman"):
-        match = re.search(rf"^{re.escape(connection)} +([\d.]+) +([\d.]+)$", run.stdout, re.MULTILINE)
-        assert match and float(match[1]) > 0, run.stdout
-    ratio = re.search(r"^ratio \(median wall, .*\): ([\d.]+)$", run.stdout, re.MULTILINE)
-    assert ratio and float(ratio[1]) > 0, run.stdout
+        row = rf"^{re.escape(connection)} +([\d.]+) +([\d.]+) +([\d.]+)$"
+        match = re.search(row, run.stdout, re.MULTILINE)
+        assert match and float(match[1]) > 0 and float(match[3]) > 0, run.stdout
+    for measured in ("wall", "CPU"):
+        ratio = re.search(rf"^ratio \(median {measured}, .*\): ([\d.]+)$", run.stdout, re.MULTILINE)
+        assert ratio and float(ratio[1]) > 0, run.stdout
     leftover = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"], env=env,
                               capture_output=True, text=True, check=True)  # fmt: skip
     assert "tb-connbench-" not in leftover.stdout
