@@ -18,93 +18,111 @@ def _load_validation():
     return plan
 
 
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({"peers": 0}, "peers must be >= 1 (got 0)"),
-        ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
-        (
-            {"strategy": "ring"},
-            "strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|diloco|solo (got 'ring')",
-        ),
-        ({"strategy": "deepspeed", "peers": 2, "zero_stage": 4}, "zero_stage must be one of 1, 2, 3 (got 4)"),
-        (
-            {"strategy": "ddp", "peers": 2, "zero_stage": 2},
-            "zero_stage needs strategy deepspeed (got strategy=ddp)",
-        ),
-        (
-            {"strategy": "diloco", "peers": 2, "sync_every": 0, "outer_learning_rate": "fast"},
-            ["sync_every must be >= 1 (got 0)", "outer_learning_rate must be a number (got 'fast')"],
-        ),
-        ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
-        ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
-        ({"dataset": "imagenet"}, "dataset must be one of"),
-        ({"bandwidth_mbit": -5}, "bandwidth_mbit must be a positive number (got '-5')"),
-        ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
-        ({"dht_bootstrap": "laptop"}, "dht_bootstrap must be one of peer|monitor (got 'laptop')"),
-        (
-            {"compression": "zip"},
-            "compression must be one of none|fp16|scaled_fp16|uint8|quantile8|blockwise8 (got 'zip')",
-        ),
-        (
-            {"compression": "blockwise8"},
-            "compression=blockwise8 needs bitsandbytes, which the hosts do not install: add it to "
-            "requirements/node.txt (pinned) or pick another compression",
-        ),
-        (
-            {"strategy": "ddp", "peers": 2, "dht_bootstrap": "monitor"},
-            "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
-        ),
-        (
-            # every bad fault in one message: unknown kind, host not in the run, no duration, past the run's
-            # end, two faults on one host at once
-            {
-                "peers": 4,
-                "faults": "crash:peer-03@60s,kill:peer-07@60s pause:peer-02@30s,kill:peer-01@3700s,"
-                "partition:peer-04@30s+20s,slow:peer-04@40s=50mbit",
-            },
-            [
-                "faults: crash:peer-03@60s: unknown kind 'crash'",
-                "faults: kill:peer-07@60s: peer-07 is not in this run",
-                "faults: pause:peer-02@30s: pause needs a duration (+20s)",
-                "faults: kill:peer-01@3700s ends after the run_timeout of 3600 s",
-                "partition:peer-04@30s+20s and slow:peer-04@40s=50mbit overlap on peer-04",
-            ],
-        ),
-        (
-            # issue 31: churn with no time between failures, and a downtime longer than the run
-            {"peers": 4, "churn": "mtbf=0 downtime=2h"},
-            [
-                "churn: mtbf must be above 0 s (got 0)",
-                "churn: downtime=7200 s is longer than the run (3600 s)",
-            ],
-        ),
-        (
-            # cross traffic (issue 55): a host not in the run, a window past the run's end, a rate above the
-            # link, a window without its rate
-            {
-                "peers": 4,
-                "bandwidth_mbit": 100,
-                "cross_traffic": "peer-02>peer-09@10s+5s=50,peer-01>peer-02@3590s+60s=50 "
-                "peer-03>peer-04@10s+5s=500mbit,peer-04>peer-01@10s+5s",
-            },
-            [
-                "cross_traffic: peer-02>peer-09@10s+5s=50: peer-09 is not in this run",
-                "cross_traffic: cross:peer-01>peer-02@3590s+60s=50 ends after the run_timeout of 3600 s",
-                "cross_traffic: peer-03>peer-04@10s+5s=500mbit: 500 Mbit/s is above peer-03's link (100 Mbit/s)",  # noqa: E501
-                "cross_traffic: peer-04>peer-01@10s+5s: needs a rate (=400mbit)",
-            ],
-        ),
-        (
-            {"strategy": "baseline", "faults": "restart:peer-01@5s+5s"},
-            "faults: a baseline run has one host and nobody to fail against",
-        ),
-        (
-            {"strategy": "ddp", "peers": 2, "faults": "restart:peer-02@5s+5s"},
-            "faults: restart:peer-02@5s+5s: a restarted peer rejoins only a hivemind/diloco run (got strategy=ddp",  # noqa: E501
-        ),
-    ],
-)
+# Each message where it is made: controller/plan.py checks the settings (the validation play's first task,
+# playbooks/tasks/plan.yml), here against the local inventory's peers. A playbook run per case cost about 7
+# CPU-seconds (Ansible's start and the validation play): 20 of them were about a tenth of `make test`'s first
+# phase. The playbook's own refusal is checked below, for each kind of problem it finds beyond the settings.
+SETTINGS_CASES = [
+    ({"peers": 0}, "peers must be >= 1 (got 0)"),
+    (
+        {"strategy": "ring"},
+        "strategy must be one of hivemind|baseline|ddp|zero|fsdp|deepspeed|diloco|solo (got 'ring')",
+    ),
+    ({"strategy": "deepspeed", "peers": 2, "zero_stage": 4}, "zero_stage must be one of 1, 2, 3 (got 4)"),
+    (
+        {"strategy": "ddp", "peers": 2, "zero_stage": 2},
+        "zero_stage needs strategy deepspeed (got strategy=ddp)",
+    ),
+    (
+        {"strategy": "diloco", "peers": 2, "sync_every": 0, "outer_learning_rate": "fast"},
+        ["sync_every must be >= 1 (got 0)", "outer_learning_rate must be a number (got 'fast')"],
+    ),
+    ({"max_steps": "many"}, "max_steps must be an integer (got 'many')"),
+    ({"learning_rate": -1}, "learning_rate must be a positive number (got '-1')"),
+    ({"dataset": "imagenet"}, "dataset must be one of"),
+    ({"bandwidth_mbit": -5}, "bandwidth_mbit must be a positive number (got '-5')"),
+    ({"dht_bootstrap": "laptop"}, "dht_bootstrap must be one of peer|monitor (got 'laptop')"),
+    (
+        {"compression": "zip"},
+        "compression must be one of none|fp16|scaled_fp16|uint8|quantile8|blockwise8 (got 'zip')",
+    ),
+    (
+        {"compression": "blockwise8"},
+        "compression=blockwise8 needs bitsandbytes, which the hosts do not install: add it to "
+        "requirements/node.txt (pinned) or pick another compression",
+    ),
+    (
+        {"strategy": "ddp", "peers": 2, "dht_bootstrap": "monitor"},
+        "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
+    ),
+]
+# Found by the playbook: the inventory's size (the real local inventory), this kernel's netem (the playbook's
+# probe in a throwaway network namespace), the faults and the cross traffic (their own checks in plan.yml).
+PLAYBOOK_CASES = [
+    ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
+    ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
+    (
+        # every bad fault in one message: unknown kind, host not in the run, no duration, past the run's
+        # end, two faults on one host at once
+        {
+            "peers": 4,
+            "faults": "crash:peer-03@60s,kill:peer-07@60s pause:peer-02@30s,kill:peer-01@3700s,"
+            "partition:peer-04@30s+20s,slow:peer-04@40s=50mbit",
+        },
+        [
+            "faults: crash:peer-03@60s: unknown kind 'crash'",
+            "faults: kill:peer-07@60s: peer-07 is not in this run",
+            "faults: pause:peer-02@30s: pause needs a duration (+20s)",
+            "faults: kill:peer-01@3700s ends after the run_timeout of 3600 s",
+            "partition:peer-04@30s+20s and slow:peer-04@40s=50mbit overlap on peer-04",
+        ],
+    ),
+    (
+        # issue 31: churn with no time between failures, and a downtime longer than the run
+        {"peers": 4, "churn": "mtbf=0 downtime=2h"},
+        [
+            "churn: mtbf must be above 0 s (got 0)",
+            "churn: downtime=7200 s is longer than the run (3600 s)",
+        ],
+    ),
+    (
+        # cross traffic (issue 55): a host not in the run, a window past the run's end, a rate above the
+        # link, a window without its rate
+        {
+            "peers": 4,
+            "bandwidth_mbit": 100,
+            "cross_traffic": "peer-02>peer-09@10s+5s=50,peer-01>peer-02@3590s+60s=50 "
+            "peer-03>peer-04@10s+5s=500mbit,peer-04>peer-01@10s+5s",
+        },
+        [
+            "cross_traffic: peer-02>peer-09@10s+5s=50: peer-09 is not in this run",
+            "cross_traffic: cross:peer-01>peer-02@3590s+60s=50 ends after the run_timeout of 3600 s",
+            "cross_traffic: peer-03>peer-04@10s+5s=500mbit: 500 Mbit/s is above peer-03's link (100 Mbit/s)",  # noqa: E501
+            "cross_traffic: peer-04>peer-01@10s+5s: needs a rate (=400mbit)",
+        ],
+    ),
+    (
+        {"strategy": "baseline", "faults": "restart:peer-01@5s+5s"},
+        "faults: a baseline run has one host and nobody to fail against",
+    ),
+    (
+        {"strategy": "ddp", "peers": 2, "faults": "restart:peer-02@5s+5s"},
+        "faults: restart:peer-02@5s+5s: a restarted peer rejoins only a hivemind/diloco run (got strategy=ddp",  # noqa: E501
+    ),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), SETTINGS_CASES)
+def test_bad_settings_are_named_by_the_plan(settings, message):
+    # the local inventory's 16 peers and its monitor host
+    inventory = {**_local_inventory(16), "monitors": ["monitor"]}
+    errors = _load_validation().testbed_experiment(settings, inventory)["errors"]
+    assert errors, settings
+    for expected in [message] if isinstance(message, str) else message:
+        assert any(expected in error for error in errors), errors
+
+
+@pytest.mark.parametrize(("settings", "message"), PLAYBOOK_CASES)
 def test_bad_settings_fail_before_any_host_is_touched(settings, message, tmp_path):
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings), timeout=120)
     assert run.returncode != 0
