@@ -109,14 +109,11 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits:
 # docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done.
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
-SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))" tests/
-# a load-tolerant test marked local_lane runs in the local cluster's lane: with the local cluster entered by
-# nsenter (plugins/connection/testbed_podman.py) that lane ended about 130 s before the second (session 50)
-LOCAL_LANE := pytest -m "local_cluster or local_lane" tests/
+SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not local_cluster)" tests/
 E2E_LANES := second_log=$$(mktemp); \
 	$(SECOND_LANE) > "$$second_log" 2>&1 & second=$$!; \
 	echo "the stand-in VMs' tests and the load-tolerant ones run beside these; their output follows"; \
-	$(LOCAL_LANE); lane=$$?; \
+	pytest -m local_cluster tests/; lane=$$?; \
 	wait $$second; second=$$?; cat "$$second_log"; rm -f "$$second_log"; \
 	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
 	[ $$lane = 0 ] && exit $$second; exit $$lane
