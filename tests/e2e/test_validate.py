@@ -117,7 +117,6 @@ def test_bad_settings_are_named_by_the_plan(settings, message):
     # the local inventory's 16 peers and its monitor host
     inventory = {**_local_inventory(16), "monitors": ["monitor"]}
     errors = _load_validation().testbed_experiment(settings, inventory)["errors"]
-    assert errors, settings
     for expected in [message] if isinstance(message, str) else message:
         assert any(expected in error for error in errors), errors
 
