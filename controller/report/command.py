@@ -22,7 +22,7 @@ from controller.calibration import DEFAULT as DEFAULT_CALIBRATION
 from controller.calibration import load as load_calibration
 from controller.report.analysis import analyse
 from controller.report.data import Experiment, load_experiments
-from controller.report.effects import effect_verdicts
+from controller.report.effects import EFFECT_FACTORS, effect_verdicts
 from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import Analysis
 from controller.report.metrics import __doc__ as DEFINITIONS
@@ -244,6 +244,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         *(f"![{path.stem}]({path.name})" for path in effects),
         "",
+        *_unplotted_factors(effects),
         *(f"- {line}" for line in effect_verdicts(analysis.tables["effects"])),
         "",
         _section(analysis, "effects", heading=False),
@@ -273,6 +274,15 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return report
+
+
+def _unplotted_factors(plots: list[Path]) -> list[str]:
+    """The effects section's line naming the factors without a plot (no runs differ in them alone)."""
+    plotted = {path.stem.removeprefix("effect_") for path in plots}
+    missing = [factor for factor in EFFECT_FACTORS if factor not in plotted]
+    if not missing:
+        return []
+    return [f"No plot for {', '.join(missing)}: no runs differ in one of them alone.", ""]
 
 
 def _section(analysis: Analysis, name: str, *, heading: bool = True) -> str:

@@ -73,7 +73,9 @@ def test_report_draws_every_strategy(tmp_path):
 
     report = write_report(analyse(experiments, target_loss=None, bandwidth=None), tmp_path, tmp_path)
     assert "`strategies.csv`" in report.read_text()
-    assert (tmp_path / "effect_peers.png").stat().st_size > 0
+    assert (tmp_path / "breakdown.png").stat().st_size > 0
+    # every run with peers has two: no effect of peers to draw
+    assert not (tmp_path / "effect_peers.png").exists()
 
 
 def test_bytes_per_sample_and_memory_per_rank_with_each_zero_stage():
