@@ -1,5 +1,5 @@
 """benchmarks/strategy_memory.py at CI size: two ranks of DDP, ZeRO and FSDP, the table from their
-summaries."""
+summaries, and the memory profile each rank's summary and steps record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment.results import read_summary
+from experiment.results import read_steps, read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,14 +32,23 @@ def test_zero_keeps_a_shard_of_what_ddp_keeps_per_rank(tmp_path):
     # the shards add up to one rank's whole state (Adam's two moments of every parameter)
     assert float(rows["zero"][4]) == pytest.approx(float(rows["ddp"][4]) / 2, abs=0.2)
     assert (tmp_path / "zero-smallcnn-r2" / "peer-02" / "summary.json").exists()
+    runs = {strategy: [tmp_path / f"{strategy}-smallcnn-r2" / f"peer-0{rank}" for rank in (1, 2)]
+            for strategy in ("ddp", "zero", "fsdp")}  # fmt: skip
+    memory = {strategy: [read_summary(run)["memory"] for run in ranks] for strategy, ranks in runs.items()}
+    # ZeRO's shards of the optimizer state add up to DDP's whole state on each rank, exactly
+    ddp_state = [m["optimizer_state_bytes"] for m in memory["ddp"]]
+    assert ddp_state[0] == ddp_state[1] > 0
+    assert sum(m["optimizer_state_bytes"] for m in memory["zero"]) == ddp_state[0]
+    # DDP and ZeRO keep every parameter's gradient; every rank's resident memory is recorded, in its summary
+    # and at every step (torch alone takes more than 50 MB)
+    for profile in memory["ddp"] + memory["zero"]:
+        assert profile["gradient_bytes"] == profile["parameter_bytes"] > 0, profile
+    for profile in memory["ddp"] + memory["zero"] + memory["fsdp"]:
+        assert profile["peak_rss_bytes"] >= profile["rss_bytes"] > 50 << 20, profile
+    for run in runs["ddp"]:
+        assert all(row["rss_bytes"] > 50 << 20 for row in read_steps(run))
     # FSDP shards parameters, gradients and optimizer state: the shards add up to DDP's one rank (Adam's
     # step counter, 4 bytes per parameter tensor, is on every rank: "approx")
-    memory = {
-        strategy: [
-            read_summary(tmp_path / f"{strategy}-smallcnn-r2" / f"peer-0{rank}")["memory"] for rank in (1, 2)
-        ]
-        for strategy in ("ddp", "fsdp")
-    }
     for kind in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"):
         shards = [m[kind] for m in memory["fsdp"]]
         whole = memory["ddp"][0][kind]
