@@ -125,7 +125,7 @@ def test_hivemind_averaging_against_the_bound(tmp_path):
 @pytest.mark.timeout(600)
 def test_hivemind_and_gloo_over_message_sizes(tmp_path):
     out = tmp_path / "micro"
-    sizes = "4096,16384,1048576,4194304"
+    sizes = "4096,1048576"  # the fit needs one small and one large size (as the MPI test below)
     run = _run("allreduce_micro.py", "--peers", "2", "--rate", "100", "--sizes", sizes, "--rounds", "2",
                "--impls", "hivemind,gloo", "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
