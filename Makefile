@@ -108,13 +108,14 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
 # and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms), the tests on real peers
-# and the benchmarks whose checks hold on a loaded host, and the two Molecule scenarios that deploy Ceph
-# (marker load_tolerant: they time nothing of this host; the scenarios moved out of the CPU-bound first
+# and the benchmarks whose checks hold on a loaded host, and the Molecule scenario that deploys the test Ceph
+# (marker load_tolerant: they time nothing of this host; the scenario moved out of the CPU-bound first
 # phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
 # at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits:
 # docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done. The
 # load-tolerant tests that mostly wait out a timeout (marker mostly_waits) run first in the local cluster's
-# lane, which ended 105-140 s before the second in three clean clones (session 52).
+# lane: it had ended 105-140 s before the second in session 51's three clean clones, 26 s before it after
+# this move (docs/run-overhead.md, session 52).
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
 SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or mostly_waits))" tests/
 LOCAL_LANE := pytest -m "local_cluster or mostly_waits" tests/
