@@ -116,7 +116,7 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # load-tolerant tests that mostly wait out a timeout (marker mostly_waits) run first in the local cluster's
 # lane: it had ended 105-140 s before the second in session 51's three clean clones, 26 s before it after
 # this move (docs/run-overhead.md, session 52).
-SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant)" tests/
+SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or mostly_waits)" tests/
 SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or mostly_waits))" tests/
 LOCAL_LANE := pytest -m "local_cluster or mostly_waits" tests/
 E2E_LANES := second_log=$$(mktemp); \

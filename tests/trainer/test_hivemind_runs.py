@@ -329,7 +329,8 @@ def test_peers_of_different_speeds_finish_together(peers, chance):
     assert compute["slow"] > 1.5 * compute["fast"], f"the slow peer was not slower: {compute}"
 
 
-# one peer alone, waiting out its start timeout: nothing of this host is timed (`make test`'s second lane)
+# one peer alone, waiting out its start timeout: nothing of this host is timed (`make test`: the local
+# cluster's lane, marker mostly_waits)
 @pytest.mark.load_tolerant
 @pytest.mark.mostly_waits  # its start timeout
 @pytest.mark.timeout(120)
