@@ -2,8 +2,10 @@
 # Build the local images (docs/architecture.md, "Images"), each only when missing or out of date:
 #   localhost/testbed-base:bookworm  debootstrap minbase + python3 + systemd, imported offline
 #   localhost/testbed-node:latest    base + the trainer role's pinned Python dependencies + Debian packages the
-#                                    other roles install (Ceph client and test cluster, Prometheus, node exporter),
-#                                    labelled with the hash of requirements/node.txt and of this recipe.
+#                                    other roles install (Ceph client and test cluster, Prometheus, node exporter)
+#                                    + the system Python's cache of what it compiles from zip archives (Ansible's
+#                                    modules: images/node/), labelled with the hash of requirements/node.txt, of
+#                                    images/node/ and of this recipe.
 # Usage: scripts/build-image.sh [base|node|all]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +48,13 @@ build_base() {
   log "$base_image imported"
 }
 
+# Files copied into the system Python's site directory of the node image (images/node/testbed_zipimport_cache.py
+# says why).
+node_site_files=(images/node/testbed_zipimport_cache.py images/node/testbed_zipimport_cache.pth)
+
 node_recipe_hash() {
-  { cat requirements/node.txt; printf '%s\n' "${node_packages[@]}"; } | sha256sum | cut -c1-16
+  { cat requirements/node.txt; printf '%s\n' "${node_packages[@]}"; cat "${node_site_files[@]}"; } \
+    | sha256sum | cut -c1-16
 }
 
 cleanup_build_container() { podman rm -f -t 0 "$build_container" >/dev/null 2>&1 || true; }
@@ -85,6 +92,14 @@ build_node() {
      apt-get install -y -qq --no-install-recommends ${node_packages[*]} >/dev/null
      systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
      apt-get clean"
+  # the zipimport cache first: the playbook's own modules fill it, and the image keeps what they compiled
+  local site file
+  site=$(podman exec "$build_container" python3 -c 'import site; print(site.getsitepackages()[0])')
+  podman exec "$build_container" mkdir -p "$site"
+  for file in "${node_site_files[@]}"; do podman cp "$file" "$build_container:$site/"; done
+  podman exec "$build_container" python3 -c 'import zipimport, testbed_zipimport_cache as c
+assert zipimport._compile_source is c._compile_cached' \
+    || { log "the zipimport cache does not load in $build_container"; exit 1; }
   timed "$repo/.venv/bin/ansible-playbook" -i "$build_container," -c containers.podman.podman \
     -e "{\"trainer_pip_environment\": {\"PIP_CERT\": \"$build_ca\", \"PIP_NO_CACHE_DIR\": \"1\"}}" \
     playbooks/build-image.yml

@@ -285,6 +285,12 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert (
         secret in _in("monitor", "cat", "/etc/grafana/grafana.ini", check=True).stdout
     )  # it did reach Grafana (and only it)
+    # Issue 53: the node image's Python keeps what Ansible's modules compile (images/node/): in a directory
+    # of root's alone, with entries written since the container started (this cluster's own modules)
+    cache = "/var/cache/testbed/zipimport"
+    since_start = f"find {cache} -type f -newer /run/.containerenv | wc -l"
+    kept = _in("peer-01", "sh", "-c", f"stat -c '%a %U' {cache}; {since_start}", check=True).stdout.split()
+    assert kept[:2] == ["700", "root"] and int(kept[2]) > 0, kept
     # Issue 8: every peer read Fashion-MNIST through its ceph-fuse mount, and its data loading is timed
     storage = experiment["storage"]
     assert storage["backend"] == "cephfs"
