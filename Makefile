@@ -92,13 +92,16 @@ pytest: setup
 	$(SERIAL_PASS) || status=$$?; \
 	exit $$status
 
-# `make test`: the linters, and the local images' build with the Molecule scenarios, run beside the
-# parallel pass (none of them times anything; the build mostly writes the image's layer and the scenarios
-# mostly wait on containers, which left the two cores partly idle), their output shown once all are done;
-# then the rest of the serial pass (its tests time things or train dilated peers, and need the images): those
-# on real peers alone, then the end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios
-# on the base image alone (marker base_image) run while the node image builds, the others once it is built.
-# Any part failing fails. The images are built as `make image` does (nothing to do when they are current).
+# `make test`: the local images' build with the Molecule scenarios, run beside the parallel pass (none of them
+# times anything; the build mostly writes the image's layer and the scenarios mostly wait on containers, which
+# left the two cores partly idle), their output shown once both are done; then the rest of the serial pass
+# (its tests time things or train dilated peers, and need the images): those on real peers alone, then the
+# end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios on the base image alone (marker
+# base_image) run while the node image builds, the others once it is built. The linters run beside the tests
+# on real peers at the scheduler's idle priority (LINT_BESIDE: SCHED_IDLE, only the CPU those tests leave; no
+# container, no timeout), their output shown at the end: beside the parallel pass, where the two cores are
+# busy, they cost that phase about 30 s (docs/run-overhead.md, session 53). Any part failing fails. The
+# images are built as `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
@@ -126,17 +129,18 @@ E2E_LANES := second_log=$$(mktemp); \
 	wait $$second; second=$$?; cat "$$second_log"; rm -f "$$second_log"; \
 	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
 	[ $$lane = 0 ] && exit $$second; exit $$lane
+LINT_BESIDE := chrt --idle 0 $(MAKE) --no-print-directory lint
 test: apt cgroups venv infra-setup
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
-	$(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 & lint=$$!; \
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
-	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
-	cat "$$lint_log"; rm -f "$$lint_log"; \
 	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
+	$(LINT_BESIDE) > "$$lint_log" 2>&1 & lint=$$!; \
 	$(SERIAL_ALONE) || status=$$?; \
 	( $(E2E_LANES) ) || status=$$?; \
+	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
+	cat "$$lint_log"; rm -f "$$lint_log"; \
 	exit $$status
 
 # The images (as `make image`) and every Molecule scenario: those `make test` runs in its second lane last.
