@@ -97,11 +97,12 @@ pytest: setup
 # left the two cores partly idle), their output shown once both are done; then the rest of the serial pass
 # (its tests time things or train dilated peers, and need the images): those on real peers alone, then the
 # end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios on the base image alone (marker
-# base_image) run while the node image builds, the others once it is built. The linters run beside the tests
-# on real peers at the scheduler's idle priority (LINT_BESIDE: SCHED_IDLE, only the CPU those tests leave; no
-# container, no timeout), their output shown at the end: beside the parallel pass, where the two cores are
-# busy, they cost that phase about 30 s (docs/run-overhead.md, session 53). Any part failing fails. The
-# images are built as `make image` does (nothing to do when they are current).
+# base_image) run while the node image builds, the others once it is built. The linters run beside the two
+# lanes at the scheduler's idle priority (LINT_BESIDE: SCHED_IDLE, only the CPU the lanes leave; no container,
+# no timeout), their output shown at the end: beside the parallel pass, where the two cores are busy, they
+# cost that phase about 40 s; beside the tests on real peers, which left 0.6-0.8 of a core idle, those tests
+# took longer (docs/run-overhead.md, session 53). Any part failing fails. The images are built as
+# `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
@@ -136,8 +137,8 @@ test: apt cgroups venv infra-setup
 	$(PARALLEL_PASS) || status=$$?; \
 	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
-	$(LINT_BESIDE) > "$$lint_log" 2>&1 & lint=$$!; \
 	$(SERIAL_ALONE) || status=$$?; \
+	$(LINT_BESIDE) > "$$lint_log" 2>&1 & lint=$$!; \
 	( $(E2E_LANES) ) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
 	cat "$$lint_log"; rm -f "$$lint_log"; \
