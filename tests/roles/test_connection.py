@@ -101,7 +101,7 @@ def test_a_module_runs_where_podman_exec_runs_it(container, tmp_path):
     # booted: on a loaded host (make test's second lane) a module that ran while the container's systemd was
     # still booting failed once (rc 1), as on any host still coming up
     _podman("restart", "--time", "0", container)
-    _podman("exec", container, "systemctl", "is-system-running", "--wait", check=False)
+    _podman("exec", container, "timeout", "60", "systemctl", "is-system-running", "--wait", check=False)
     again = _ansible(tmp_path, "ansible.builtin.command", "readlink /proc/self/ns/pid")
     assert again["rc"] == 0, again
     assert again["stdout"] == _podman("exec", container, "readlink", "/proc/1/ns/pid").stdout.strip(), again
