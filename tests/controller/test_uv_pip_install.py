@@ -71,8 +71,7 @@ def test_the_configuration_reaches_uv(tmp_path):
     assert run.returncode == 3, run.stderr
     argv, cert = log.read_text().splitlines()
     python = venv / "bin" / "python"
-    uv_install = "pip install --no-cache --compile-bytecode"
-    assert argv == f"{uv_install} --find-links /wheels --python {python} -r r.txt"
+    assert argv == f"pip install --compile-bytecode --find-links /wheels --python {python} -r r.txt"
     assert cert == "/ca.pem"
 
 
