@@ -140,7 +140,7 @@ def test_a_killed_rank_ends_the_run_for_the_others(tmp_path, strategy):
     assert summary["steps"] >= 20 and len(read_steps(survivor.results)) == summary["steps"]
 
 
-@pytest.mark.mostly_waits  # its rendezvous timeout
+@pytest.mark.local_lane  # its rendezvous timeout
 @pytest.mark.timeout(60)
 def test_an_unreachable_rendezvous_is_one_clear_error(tmp_path):
     (rank_one,) = start_ranks(tmp_path, "ddp", 2, "--start-timeout", "5", ranks=[1])
