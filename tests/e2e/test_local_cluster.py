@@ -142,8 +142,8 @@ def _netprobe(sender: str, receiver: str, address: str) -> float:
 
 
 # The two-peer runs on synthetic data run before the four peers read CephFS: a run that mounts no CephFS
-# stops the warm cluster's storage host, and the next one that mounts it waits for its restart (30-45 s
-# here, the metadata server reconnecting its clients).
+# stops the warm cluster's storage host, and the next one that mounts it waits for its restart (its metadata
+# server waits out ceph_test_mds_reconnect_timeout for the peers' earlier clients).
 def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     # peer-02's Hivemind port is held by another program: its trainer cannot listen and never reaches the
     # start barrier, where the bootstrap peer gives up after start_timeout: 10 s, which peer-01 waits out

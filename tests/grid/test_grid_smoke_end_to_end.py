@@ -64,7 +64,8 @@ def adapted_smoke(directory: Path) -> Path:
     (baseline,) = [block for block in grid["blocks"] if block["name"] == "baseline"]
     baseline["fixed"]["dataset_storage"] = "local"
     # the baseline last: a run that mounts no CephFS stops the warm cluster's storage host, and the next run
-    # that mounts it waits for its restart (30-45 s here, the metadata server reconnecting its clients)
+    # that mounts it waits for its restart (its metadata server waits out ceph_test_mds_reconnect_timeout for
+    # the peers' earlier clients)
     grid["blocks"] = [*(block for block in grid["blocks"] if block is not baseline), baseline]
     path = directory / "smoke.yml"
     path.write_text(yaml.safe_dump(grid, sort_keys=False))
