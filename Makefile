@@ -121,10 +121,11 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
 # at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits:
 # docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done. The
-# load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP wait-policy
-# benchmark) run first in the local cluster's lane: it had ended 105-140 s before the second in session 51's
-# three clean clones, 26 s before it after the first three moved (session 52), and 130 s before it again in
-# session 55's, when the benchmark moved (docs/run-overhead.md).
+# load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP wait-policy and
+# strategy-memory benchmarks) run first in the local cluster's lane: it had ended 105-140 s before the second
+# in session 51's three clean clones, 26 s before it after the first three moved (session 52), 130 s before it
+# again in session 55's, when the OpenMP benchmark moved, and 38-117 s before it in sessions 55-56's, when the
+# memory benchmark moved (docs/run-overhead.md).
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane)" tests/
 SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))" tests/
 LOCAL_LANE := pytest -m "local_cluster or local_lane" tests/
