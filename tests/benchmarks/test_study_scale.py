@@ -68,10 +68,8 @@ def test_two_peers_on_one_core_each_against_their_references(tmp_path):
     assert again.returncode == 0 and "base: complete" in again.stdout, again.stdout
     rows = json.loads(calibration.read_text())["hivemind_compute"]
     assert [(r["model"], r["threads"], r["peers"]) for r in rows] == [("smallcnn", 1, 2)], rows
-    solo_compute, peer_compute = float(rows_by_name["p2-solo"][7]), float(rows_by_name["p2-luoff"][7])
-    assert rows[0]["compute_ratio"] == pytest.approx(solo_compute / peer_compute, rel=0.05), (
-        rows,
-        run.stdout,
-    )
+    # the table's comp column (2 decimals) for the same runs: the ratio of its compute columns, printed to the
+    # millisecond, missed by 6 % once (0.009 / 0.023 s against 0.366)
+    assert rows[0]["compute_ratio"] == pytest.approx(float(hivemind[14]), abs=0.0051), (rows, run.stdout)
     report = _run("-m", "trainer", "report", str(out), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]

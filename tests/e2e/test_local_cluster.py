@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import statistics
@@ -10,6 +11,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +118,37 @@ def _inventory_with(tmp_path: Path, host_vars: dict[str, dict]) -> list[str]:
     return ["-i", str(REPO / "inventories" / "local"), "-i", str(extra)]
 
 
+# the testbed's ports, from their one list (the local inventory's testbed_ports)
+TESTBED_PORTS = yaml.safe_load(
+    (REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml").read_text()
+)["testbed_ports"]
+
+
+@contextlib.contextmanager
+def _port_held(host: str, port: int) -> Iterator[None]:
+    """``port`` on ``host`` held by a program of no run's (a Python listener) while the block runs: started
+    at once, and again in a container the playbook creates anew (long before any trainer or probe starts)."""
+    tag = f"e2e holder of {port}"
+    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # {tag}"
+    done = threading.Event()
+
+    def hold() -> None:
+        while True:
+            if _in(host, "pgrep", "-f", tag).returncode == 1:
+                _in(host, "python3", "-c", holder, detach=True)
+            if done.wait(0.5):
+                return
+
+    holding = threading.Thread(target=hold, daemon=True)
+    holding.start()
+    try:
+        yield
+    finally:
+        done.set()
+        holding.join()
+        _in(host, "pkill", "-f", tag)
+
+
 def _netprobe(sender: str, receiver: str, address: str) -> float:
     """Bytes/s of one TCP stream between two of the tests' containers, measured now (trainer netprobe, on its
     port: the only one the firewall opens for it)."""
@@ -151,26 +184,8 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
     settings = {**FAST, "peers": 2, "dataset": "synthetic", "monitoring": False, "start_timeout": 10}
     settings.update(cpu_probe_seconds=0, measure_bandwidth=False)  # neither is looked at here
     settings["experiment_id"] = "e2e-incomplete"
-    cluster = REPO / "inventories" / "local" / "group_vars" / "all" / "cluster.yml"
-    port = yaml.safe_load(cluster.read_text())["testbed_ports"]["hivemind"]
-    holder = f"import socket, time; s = socket.create_server(('', {port})); time.sleep(900)  # e2e holder"
-    done = threading.Event()
-
-    def hold() -> None:
-        """The port held while the playbook runs: started as soon as peer-02's container runs, and again in
-        a container the playbook creates anew (both long before any trainer starts)."""
-        while not done.wait(0.5):
-            if _in("peer-02", "pgrep", "-f", "e2e holder").returncode == 1:
-                _in("peer-02", "python3", "-c", holder, detach=True)
-
-    holding = threading.Thread(target=hold, daemon=True)
-    holding.start()
-    try:
+    with _port_held("peer-02", TESTBED_PORTS["hivemind"]):
         run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **settings))
-    finally:
-        done.set()
-        holding.join()
-        _in("peer-02", "pkill", "-f", "e2e holder")
     assert run.returncode != 0
     assert "Experiment e2e-incomplete is INCOMPLETE" in run.output
     experiment = read_json(tmp_path / "e2e-incomplete" / "experiment.json")
@@ -198,6 +213,24 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
     completing = extra_vars(results_root=str(tmp_path / "results"), **shorter)
     # a cache of its own: the bandwidth probe is measured, not reused from an earlier test's
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    # first, the probe's port on the first peer held by a program of no run's: the run stops before any
+    # trainer starts, in one message that names the host, the port and the program, and its record says so
+    port, held_id = TESTBED_PORTS["netprobe"], f"{experiment_id}-held"
+    held_settings = extra_vars(
+        results_root=str(tmp_path / "results"), **(shorter | {"experiment_id": held_id})
+    )
+    with _port_held("peer-01", port):
+        held = run_playbook("experiment.yml", *held_settings, env=env)
+    assert held.returncode != 0
+    cause = f'port {port} on peer-01, the bandwidth probe\'s, is held by another program (users:(("python3",'
+    where = "peer-01 in 'Measure the bandwidth between two peers / Stop when another program holds it'"
+    assert f"the run failed on {where}: {cause}" in " ".join(held.output.split()), held.output[-6000:]
+    record = read_json(tmp_path / "results" / held_id / "experiment.json")
+    assert record["complete"] is False and set(record["failed"]) == {"peer-01"}, record
+    assert cause in record["incomplete_reason"], record["incomplete_reason"]
+    assert "Run the peers or the baseline" not in held.output  # stopped before any trainer started
+
     in_probe = interrupt_playbook(
         "experiment.yml", *arguments, at="TASK [Stream from the last peer to the first", env=env
     )

@@ -412,6 +412,73 @@ def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_th
     assert not reads
 
 
+class _Round(_Control):
+    """A round's StepControl: cancel() ends it."""
+
+    def __init__(self, stage) -> None:
+        super().__init__(stage)
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self.cancelled
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+def test_a_lagging_peers_round_is_released_once_every_other_peer_is_done(monkeypatch):
+    """The slower peer of tests/e2e's four-peer run reached its last gradient round as the others finished:
+    its round looked for a group for the whole averaging timeout. It is released (cancelled) once the others'
+    done announcements are all there, and only while it still looks for a group."""
+    from hivemind.averaging.control import AveragingStage
+
+    monkeypatch.setattr(hivemind_rounds, "RELEASE_POLL_SECONDS", 0.02)
+    release = hivemind_rounds.instrumented_optimizer_class()._release_when_others_done
+    reads = []
+
+    def done_after(n: int):
+        def others_done() -> bool:
+            reads.append(n)
+            return len(reads) >= n
+
+        return others_done
+
+    looking = _Round(AveragingStage.LOOKING_FOR_GROUP)
+    end = release(_optimizer_state(2, 2, stop=3, others_done=done_after(3)), looking)
+    deadline = time.monotonic() + 5
+    while not looking.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert end() is True and looking.cancelled and len(reads) == 3  # released at the third read
+    # two epochs behind: the same (the others are done, nobody joins any later round either)
+    reads.clear()
+    behind = _Round(AveragingStage.LOOKING_FOR_GROUP)
+    end = release(_optimizer_state(1, 1, stop=3, others_done=done_after(1)), behind)
+    while not behind.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert end() is True and behind.cancelled
+
+    # not released: the others are not done, or a group formed (others wait for this peer)
+    reads.clear()
+    waiting = _Round(AveragingStage.LOOKING_FOR_GROUP)
+    end = release(_optimizer_state(2, 2, stop=3, others_done=lambda: reads.append(0) or False), waiting)
+    time.sleep(0.2)
+    assert end() is False and not waiting.cancelled and reads  # asked, and asked again
+    reads.clear()
+    formed = _Round(AveragingStage.RUNNING_ALLREDUCE)
+    end = release(_optimizer_state(2, 2, stop=3, others_done=done_after(1)), formed)
+    time.sleep(0.1)
+    assert end() is False and not formed.cancelled and not reads  # a formed group: no read at all
+    # no round to watch: no stop epoch yet, already at it, local updates, or no round handed over
+    for state in (
+        _optimizer_state(2, 2, stop=None, others_done=done_after(1)),
+        _optimizer_state(3, 3, stop=3, others_done=done_after(1)),
+        _optimizer_state(2, 2, stop=3, local_updates=True, others_done=done_after(1)),
+    ):
+        assert release(state, _Round(AveragingStage.LOOKING_FOR_GROUP)) is None
+    assert release(_optimizer_state(2, 2, stop=3, others_done=done_after(1)), None) is None
+
+
 def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
     """Issue 31: a restarted trainer announces itself again under a new DHT identity; the barrier and the
     finish count peers by name: its two incarnations are one peer (and the missing one is still missing)."""

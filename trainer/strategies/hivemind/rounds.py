@@ -52,6 +52,15 @@ HIVEMIND_VERSION = "1.1.12"
 #: to announce they are done (then the round would find nobody and is skipped)
 FINAL_ROUND_WAIT_SECONDS = 5.0
 FINAL_ROUND_POLL_SECONDS = 0.2
+#: how often a lagging peer's gradient round toward the collective stop, while it looks for a group, asks
+#: whether every other peer announced it is done (then nobody will join it: it is released)
+RELEASE_POLL_SECONDS = 0.5
+
+
+class OthersFinishedWithoutUs(Exception):
+    """Ends hivemind's epoch update after a lagging peer's round was released (every other peer is done):
+    no optimizer step and no parameter round follow; the peer stops."""
+
 
 #: Source digests of the hivemind functions whose behaviour this module (and the strategy) relies on or
 #: copies. A new hivemind release changes them; then re-read the functions and update the digests.
@@ -633,7 +642,16 @@ def _define_optimizer_class() -> type:
                     self.release_scheduled_rounds()
                     self.skipped_final_round = True
                     return None
-                return super()._update_global_epoch(grad_scaler)
+                try:
+                    return super()._update_global_epoch(grad_scaler)
+                except OthersFinishedWithoutUs:
+                    log.info(
+                        "every other peer finished while this peer looked for a group at epoch %d: stopping",
+                        self.local_epoch,
+                    )
+                    self.release_scheduled_rounds()
+                    self.skipped_final_round = True
+                    return None
 
         def _others_finished_without_us(self) -> bool:
             """A lagging peer's last gradient round would find nobody: the others passed the stop epoch.
@@ -670,14 +688,54 @@ def _define_optimizer_class() -> type:
         def _average_gradients_and_load_into_optimizer(self, maybe_step_control: Any) -> None:
             started = time.perf_counter()
             epoch = self.local_epoch
+            release = self._release_when_others_done(maybe_step_control)
+            released = False
             try:
-                return super()._average_gradients_and_load_into_optimizer(maybe_step_control)
+                super()._average_gradients_and_load_into_optimizer(maybe_step_control)
             finally:
+                released = release is not None and release()
                 if maybe_step_control is not None:
                     uid = int(maybe_step_control._uid)
                     self.collector.note_epoch(uid, epoch)
                     self.collector.add_blocking(uid, time.perf_counter() - started)
                     self.collector.mark_finished(uid)
+            if released:
+                raise OthersFinishedWithoutUs
+
+        def _release_when_others_done(self, control: Any) -> Callable[[], bool] | None:
+            """A lagging peer's gradient round toward the collective stop: released once every other peer
+            announced it is done while the round still looks for a group. Nobody will join it then, and it
+            would wait out the averaging timeout (a slower peer that reached its last round as the others
+            finished waited 20 s for nobody, then 20 s more in a parameter round).
+
+            Returns what ends the watch and says whether it released the round; None where no round toward a
+            known stop epoch runs (or with local updates, whose last parameter round the others join).
+            """
+            stop = self.stop_epoch
+            if control is None or stop is None or self.use_local_updates or self.local_epoch >= stop:
+                return None
+            if self.others_done is None:
+                return None
+            others_done, finished, released = self.others_done, threading.Event(), threading.Event()
+
+            def watch() -> None:
+                while not finished.wait(RELEASE_POLL_SECONDS):
+                    if control.done() or control.stage in GROUP_FORMED:
+                        return  # it ended, or a group waits for this peer
+                    if control.stage == AveragingStage.LOOKING_FOR_GROUP and others_done():
+                        released.set()
+                        control.cancel()
+                        return
+
+            watcher = threading.Thread(target=watch, name="release-lagging-round", daemon=True)
+            watcher.start()
+
+            def end() -> bool:
+                finished.set()
+                watcher.join()
+                return released.is_set()
+
+            return end
 
         def _should_load_state_from_peers(self) -> bool:
             behind = super()._should_load_state_from_peers()

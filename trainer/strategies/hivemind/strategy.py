@@ -15,7 +15,9 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
   publishes the next epoch boundary through the DHT and trains on until it (bounded); every peer stops when
   its epoch reaches the published one (its ``stop_reason`` is ``collective_finish``), so the last averaging
   round has everybody in it. A peer that stops for any other reason publishes its current epoch on its way
-  out, so the others stop at once instead of waiting for it;
+  out, so the others stop at once instead of waiting for it. A lagging peer whose round toward the stop finds
+  every other peer done releases it and stops (rounds.py), rather than looking for a group until the
+  averaging timeout;
 - finish: leaves pending rounds cleanly (tag along / cancel, wait for the background parameter round), keeps
   serving for up to ``--finish-grace`` seconds until every peer said it is done, then shuts the averagers,
   the DHT and p2pd down and ends any of their processes that outlived the shutdown.
