@@ -368,6 +368,20 @@ def _optimizer_state(
     return state
 
 
+def _others_done_after(reads: list[int]):
+    """others_done() stand-ins: ``done_after(n)`` says the others are done from its n-th read on (each read
+    appended to ``reads``)."""
+
+    def done_after(n: int):
+        def others_done() -> bool:
+            reads.append(n)
+            return len(reads) >= n
+
+        return others_done
+
+    return done_after
+
+
 def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
     from hivemind.averaging.control import AveragingStage
 
@@ -389,14 +403,8 @@ def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_th
     from hivemind.averaging.control import AveragingStage
 
     decide = hivemind_rounds.instrumented_optimizer_class()._others_finished_without_us
-    reads = []
-
-    def done_after(n: int):
-        def others_done() -> bool:
-            reads.append(n)
-            return len(reads) >= n
-
-        return others_done
+    reads: list[int] = []
+    done_after = _others_done_after(reads)
 
     looking = _Control(AveragingStage.LOOKING_FOR_GROUP)
     assert decide(_optimizer_state(2, 2, stop=3, control=looking, others_done=done_after(2))) is True
@@ -435,14 +443,8 @@ def test_a_lagging_peers_round_is_released_once_every_other_peer_is_done(monkeyp
 
     monkeypatch.setattr(hivemind_rounds, "RELEASE_POLL_SECONDS", 0.02)
     release = hivemind_rounds.instrumented_optimizer_class()._release_when_others_done
-    reads = []
-
-    def done_after(n: int):
-        def others_done() -> bool:
-            reads.append(n)
-            return len(reads) >= n
-
-        return others_done
+    reads: list[int] = []
+    done_after = _others_done_after(reads)
 
     looking = _Round(AveragingStage.LOOKING_FOR_GROUP)
     end = release(_optimizer_state(2, 2, stop=3, others_done=done_after(3)), looking)
