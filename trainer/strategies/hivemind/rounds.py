@@ -689,7 +689,6 @@ def _define_optimizer_class() -> type:
             started = time.perf_counter()
             epoch = self.local_epoch
             release = self._release_when_others_done(maybe_step_control)
-            released = False
             try:
                 super()._average_gradients_and_load_into_optimizer(maybe_step_control)
             finally:
@@ -711,12 +710,12 @@ def _define_optimizer_class() -> type:
             Returns what ends the watch and says whether it released the round; None where no round toward a
             known stop epoch runs (or with local updates, whose last parameter round the others join).
             """
-            stop = self.stop_epoch
-            if control is None or stop is None or self.use_local_updates or self.local_epoch >= stop:
+            stop, others_done = self.stop_epoch, self.others_done
+            if control is None or stop is None or others_done is None:
                 return None
-            if self.others_done is None:
+            if self.use_local_updates or self.local_epoch >= stop:
                 return None
-            others_done, finished, released = self.others_done, threading.Event(), threading.Event()
+            finished, released = threading.Event(), threading.Event()
 
             def watch() -> None:
                 while not finished.wait(RELEASE_POLL_SECONDS):
