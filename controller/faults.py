@@ -114,8 +114,8 @@ def testbed_faults(
 
     ``dht_host``: the host of a DHT-only bootstrap node; None when the first peer bootstraps (and so must not
     be killed before the others joined it). ``time_dilation``: D of the run (controller/plan.py): the spec's
-    times and rates are the modelled machine's; the agent applies them D times later and longer, and a
-    slow link at the rate / D (``modelled`` keeps the spec's values).
+    times and rates are the modelled machine's, as ``run_timeout`` is; the agent applies them D times later
+    and longer, and a slow link at the rate / D (``modelled`` keeps the spec's values).
 
     Each fault: spec, kind, host, at_seconds, duration_seconds (None: to the end), rate_mbit (slow only).
 
@@ -157,6 +157,8 @@ peer-09 is not in this run (hosts: peer-01, peer-02, peer-03)"]
 host)']
     >>> testbed_faults("slow:peer-02@3590s+20s=50mbit", hosts, "hivemind", 3600)["errors"]
     ['faults: slow:peer-02@3590s+20s=50mbit ends after the run_timeout of 3600 s']
+    >>> testbed_faults("slow:peer-02@3000s+20s=50mbit", hosts, "hivemind", 3600, time_dilation=4.0)["errors"]
+    []
     """
     errors: list[str] = []
     if isinstance(text, (list, tuple)):  # -e '{"faults": [...]}'
@@ -170,9 +172,8 @@ host)']
         errors.append("churn: a baseline run has one host: nobody leaves and rejoins")
     elif churn not in (None, ""):
         through = None if strategy == "diloco" else bootstrap  # a DiLoCo replica rejoins via the Lighthouse
-        run_seconds = run_timeout / time_dilation
         schedule = churn_schedule(
-            churn, hosts, faults, run_seconds, min_peers, through, experiment_id, errors
+            churn, hosts, faults, float(run_timeout), min_peers, through, experiment_id, errors
         )
         faults += schedule["restarts"] if schedule else []
     if time_dilation != 1:
@@ -191,7 +192,7 @@ host)']
                 )
     for fault in faults:
         end = fault["at_seconds"] + (fault["duration_seconds"] or 0.0)
-        if end >= float(run_timeout):
+        if end >= float(run_timeout) * time_dilation:
             variable = "cross_traffic" if fault["kind"] == "cross" else "faults"
             errors.append(f"{variable}: {fault['spec']} ends after the run_timeout of {run_timeout:g} s")
     by_host: dict[str, list[dict[str, Any]]] = {}

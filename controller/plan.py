@@ -365,6 +365,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "lighthouse_host": lighthouse_host if not errors else None,
         "plan": plan,
         "time_dilation": dilation,
+        # run_timeout is the modelled machine's, like every other time setting: the playbook waits D times it
+        "run_timeout_seconds": math.ceil(settings["run_timeout"] * dilation),
         "compute": compute if not errors else None,
         "local_rate_needed": local_rate_needed if not errors else None,
         "trainer_settings": trainer_settings,

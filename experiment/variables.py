@@ -288,7 +288,13 @@ VARIABLES: tuple[Variable, ...] = (
         (HIVEMIND,),
         defines_setting=False,
     ),
-    Variable("run_timeout", "int", 3600, "seconds the playbook waits for the run", defines_setting=False),
+    Variable(
+        "run_timeout",
+        "int",
+        3600,
+        "modelled seconds the playbook waits for the run (x D on a dilated local run)",
+        defines_setting=False,
+    ),
     Variable(
         "progress_interval",
         "int",

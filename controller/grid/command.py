@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from controller.grid.estimate import estimate
 from controller.grid.expr import ExpressionError, compile_expression, evaluate
+from controller.grid.runner import format_duration
 from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid
-from controller.grid.status import experiment_complete
+from controller.grid.status import GridStatus, experiment_complete
 from controller.grid.vars import PLAYBOOK_VARS
 
 # The repository holding playbooks/ (an editable install); else the working directory.
@@ -123,21 +125,28 @@ def check_inventory(grid: Grid, runs: list[Run], peers: list[str]) -> None:
 
 
 def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> None:
-    """The dry-run listing: one line per run, then totals per strategy."""
+    """The dry-run listing: one line per run with its time (measured where done, else estimated from the
+    grid's complete runs of its shape, controller/grid/estimate.py), then totals per strategy and time."""
     print(f"grid {grid.name} ({grid.path})", file=out)
     if grid.description:
         print(f"  {grid.description}", file=out)
     width = max((len(run.experiment_id) for run in runs), default=0)
-    complete = 0
+    done = {run.experiment_id for run in runs if experiment_complete(results_dir, run.experiment_id)}
+    status = GridStatus.load(results_dir / f"grid-{grid.name}.status.json", grid)
+    estimates = estimate(runs, status.runs, done)
     for run in runs:
-        done = experiment_complete(results_dir, run.experiment_id)
-        complete += done
         settings = " ".join(f"{key}={value}" for key, value in run.settings.items())
-        mark = "done" if done else "todo"
+        mark = "done" if run.experiment_id in done else "todo"
+        seconds = estimates.seconds[run.experiment_id]
+        took = "    ?" if seconds is None else format_duration(seconds).rjust(5)
+        if run.experiment_id in done and run.experiment_id not in estimates.measured:
+            took = "    -"
         print(
-            f"{run.index:4d} {mark} {run.experiment_id:<{width}}  {run.block} r{run.repeat}  {settings}",
+            f"{run.index:4d} {mark} {run.experiment_id:<{width}} {took}  {run.block} r{run.repeat}  "
+            f"{settings}",
             file=out,
         )
+    complete = len(done)
     counts = {}
     for run in runs:
         counts[run.strategy] = counts.get(run.strategy, 0) + 1
@@ -146,6 +155,16 @@ def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> N
     )
     print(
         f"total: {len(runs)} runs ({totals or 'none'}); {complete} complete, {len(runs) - complete} to run",
+        file=out,
+    )
+    left, unknown = estimates.total(runs)
+    spent = sum(estimates.measured.values())
+    unpriced = (
+        f", and {unknown} of a shape not run yet (no estimate: run one repeat first)" if unknown else ""
+    )
+    print(
+        f"time: {format_duration(spent)} spent on the complete runs; {format_duration(left)} estimated for "
+        f"the runs to run{unpriced} (measured playbook time per sample of the grid's runs of the same shape)",
         file=out,
     )
 

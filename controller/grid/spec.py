@@ -5,6 +5,7 @@ A grid file (YAML) holds::
     name: thesis                  # optional, default: the file's stem; names the status file
     description: ...              # optional
     noise_floor: true             # optional, default true: one `solo` run first (NOISE_FLOOR_BLOCK)
+    order: blocks                 # optional: blocks (default) or interleaved (see the end of this docstring)
     constants: {name: value}      # numbers usable in expressions, never passed to the playbook
     fixed: {var: value}           # playbook variables shared by every block
     derived: {var: expression}    # shared derived values (a block's own value for the key wins)
@@ -37,7 +38,11 @@ difference the grid's results can show (one run gives no floor); `trainer report
 whatever ``--only`` selects.
 
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
-...), so an interrupted grid has covered as many settings as possible.
+...), so an interrupted grid has covered as many settings as possible. ``order: interleaved`` orders them
+repeat-major across the whole grid: every setting of every block once, then the second repeat, so that a slow
+hour of the machine or a grid continued on another day does not fall on one level of a factor. Within a
+repeat the runs are grouped by the cluster's shape (peers, then vCPUs a peer), ascending in odd repeats and
+descending in even ones, so that the local cluster changes shape as seldom as it can (ORDERS).
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from controller.grid.expr import Expression, ExpressionError, compile_expression
 from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
 from experiment.variables import BY_NAME, HIVEMIND_FIELDS
 
-TOP_KEYS = ("name", "description", "noise_floor", "constants", "fixed", "derived", "blocks")
+TOP_KEYS = ("name", "description", "noise_floor", "order", "constants", "fixed", "derived", "blocks")
+#: the values of a grid's ``order`` (module docstring): block by block, or repeat-major over every block
+ORDERS = ("blocks", "interleaved")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
 #: a block's repeats where it sets none: the fewest that give an interval with a spread (issue #26)
 DEFAULT_REPEATS = 3
@@ -192,6 +199,11 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
                 f"two runs have the same settings and repeat ({run.experiment_id})",
             )
         seen[run.experiment_id] = run
+    order = top.get("order", ORDERS[0])
+    if order not in ORDERS:
+        where.fail("order", f"must be one of {', '.join(ORDERS)} (got {order!r})")
+    if order == "interleaved":
+        runs = [dataclasses.replace(run, index=i) for i, run in enumerate(interleaved(runs), start=1)]
     noise_floor = top.get("noise_floor", True)
     if not isinstance(noise_floor, bool):
         where.fail("noise_floor", f"must be true or false (got {noise_floor!r})")
@@ -201,6 +213,32 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
         names.insert(0, NOISE_FLOOR_BLOCK)
     description = str(top.get("description", "")).strip()
     return Grid(name=name, path=path, description=description, runs=tuple(runs), blocks=tuple(names))
+
+
+def interleaved(runs: list[Run]) -> list[Run]:
+    """``runs`` repeat-major over every block, each repeat grouped by the cluster's shape (peers, vCPUs a
+    peer; a baseline is one host), ascending in odd repeats and descending in even ones: the shape a repeat
+    ends with is the next one's first. Within a shape the grid file's order stays.
+
+    >>> def run(index, block, repeat, peers):
+    ...     settings = {"peers": peers, "vcpus": 16 // peers}
+    ...     return Run(index, block, repeat, settings, f"{block}-{peers}-r{repeat}")
+    >>> grid = [run(1, "a", 1, 1), run(2, "a", 2, 1), run(3, "b", 1, 8), run(4, "b", 1, 2), run(5, "b", 2, 8),
+    ...         run(6, "b", 2, 2)]
+    >>> [r.experiment_id for r in interleaved(grid)]
+    ['a-1-r1', 'b-2-r1', 'b-8-r1', 'b-8-r2', 'b-2-r2', 'a-1-r2']
+    """
+
+    def shape(run: Run) -> tuple[int, int]:
+        peers = 1 if run.strategy == "baseline" else int(run.settings.get("peers", BY_NAME["peers"].default))
+        vcpus = run.settings.get("vcpus")
+        return peers, -int(vcpus) if isinstance(vcpus, int) else 0
+
+    ordered: list[Run] = []
+    for repeat in sorted({run.repeat for run in runs}):
+        of_repeat = sorted((run for run in runs if run.repeat == repeat), key=shape, reverse=repeat % 2 == 0)
+        ordered += of_repeat
+    return ordered
 
 
 def noise_floor_runs(runs: list[Run], repeats: int) -> list[Run]:

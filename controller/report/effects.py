@@ -42,13 +42,26 @@ REFERENCE_LEVELS = {"compression": "none", "cross_traffic": "none"}
 #: what varies with a factor by design and so is not held equal when its effect is measured: the study gives
 #: the peers a fixed budget of vCPUs (16 / peers each)
 EFFECT_COVARIES = {"peers": ("vcpus",)}
+#: the run's schedule, which a grid derives from the factors (steps = the experiment's samples / (peers x
+#: batch size), an evaluation every steps / 8, ...): runs are matched on the samples all peers train in the
+#: experiment instead, and compared on time to target and per-sample figures
+SCHEDULE_VARIABLES = ("max_steps", "eval_every", "eval_batches")
+
+
+def samples_per_experiment(e: Experiment) -> int | None:
+    """The samples all the run's peers train together: steps x batch size x peers (a baseline: one)."""
+    steps, batch = e.settings.get("max_steps"), e.settings.get("batch_size")
+    if steps is None or batch is None:
+        return None
+    return int(steps) * int(batch) * (1 if e.is_baseline else e.peer_count)
 
 
 def _effect_cell(e: Experiment, factor: str) -> tuple[tuple[str, Any], ...]:
     """The runs a factor's levels are compared within: equal in every other variable that defines a
-    setting."""
-    ignored = (factor, *EFFECT_COVARIES.get(factor, ()))
-    return tuple(item for item in e.setting_key() if item[0] not in ignored)
+    setting, the schedule aside (SCHEDULE_VARIABLES), and in the samples of the experiment."""
+    ignored = (factor, *EFFECT_COVARIES.get(factor, ()), *SCHEDULE_VARIABLES)
+    kept = tuple(item for item in e.setting_key() if item[0] not in ignored)
+    return (*kept, ("samples_per_experiment", samples_per_experiment(e)))
 
 
 def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
@@ -56,7 +69,8 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     runs are split into cells equal in every other setting; within each cell with two levels or more, one row
     per level, strategy and metric with every run's value, the t-interval of the mean and the level against
     the cell's first level (the reference) with a verdict. A level that shares no cell with another level is
-    confounded: its row names the settings that differ too, and gives no ratio."""
+    confounded: its row names the settings that differ too, and gives no ratio. The steps and evaluations
+    of a run are not held equal, its samples are (SCHEDULE_VARIABLES)."""
     shares = {row["experiment_id"]: row["averaging_share"] for row in analysis.tables["breakdown"].rows}
 
     def value(e: Experiment, metric: str) -> float | None:
@@ -127,7 +141,7 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
     )
     title = (
         "Effects of TBS, local updates, peers, batch size, LR, compression and cross traffic, each between "
-        "runs that differ in it alone"
+        "runs that differ in it alone (and in the steps and evaluations that train the same samples)"
     )
     return make_table("effects", title, table, columns)
 

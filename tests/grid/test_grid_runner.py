@@ -95,7 +95,7 @@ def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_i
         )
     listing = trainer(*grid_args(tmp_path, "--dry-run"), env=stand_in_env)
     assert f"done {done}" in listing.stdout and f"todo {partial}" in listing.stdout
-    assert listing.stdout.splitlines()[-1].endswith(f"1 complete, {len(SMOKE_IDS) - 1} to run")
+    assert listing.stdout.splitlines()[-2].endswith(f"1 complete, {len(SMOKE_IDS) - 1} to run")
 
     completed = trainer(*grid_args(tmp_path, "--only", "strategy == 'baseline'"), env=stand_in_env)
     assert completed.returncode == 0, completed.stdout + completed.stderr

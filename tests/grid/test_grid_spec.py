@@ -140,8 +140,11 @@ def test_thesis_dry_run_lists_the_study():
     completed = trainer("grid", str(THESIS), "--dry-run", "--results-dir", "/nonexistent")
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
-    assert lines[-1] == (
+    assert lines[-2] == (
         "total: 183 runs (36 baseline runs, 144 hivemind runs, 3 solo runs); 0 complete, 183 to run"
+    )
+    assert lines[-1].startswith(
+        "time: 0s spent on the complete runs; 0s estimated for the runs to run, and 183"
     )
     listed = [line for line in lines if line.strip()[:1].isdigit()]
     assert len(listed) == 183 and all("noise-floor" in line for line in listed[:3])
@@ -196,11 +199,11 @@ def test_repeat_and_only_select_runs():
         "strategy == 'baseline' and batch_size == 32 and learning_rate in [0.01, 0.1]",
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.splitlines()[-1].startswith("total: 6 runs (4 baseline runs, 2 solo runs)")
+    assert completed.stdout.splitlines()[-2].startswith("total: 6 runs (4 baseline runs, 2 solo runs)")
     hivemind = trainer(
         "grid", str(THESIS), "--dry-run", "--repeat", "3", "--only", "peers == 16 and repeat == 3"
     )
-    assert hivemind.stdout.splitlines()[-1].startswith("total: 21 runs (18 hivemind runs, 3 solo runs)")
+    assert hivemind.stdout.splitlines()[-2].startswith("total: 21 runs (18 hivemind runs, 3 solo runs)")
 
 
 def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
@@ -280,6 +283,7 @@ def _with(path: str, value) -> dict:
         (_with("blocks.0.derived.max_steps", "10 - 20"), "derived.max_steps", "must be >= 1 (got -10)"),
         (_with("blocks.0.derived.max_steps", 100), "derived.max_steps", "expression string"),
         (_with("blocks.0.repeats", 0), "blocks[0] (b).repeats", "integer >= 1"),
+        (_with("order", "random"), "order", "must be one of blocks, interleaved"),
         (_with("blocks.0.fixed.dataset", "cifar10"), "blocks[0] (b)", "needs data_root"),
         (_with("blocks", []), "blocks", "non-empty list"),
         (_with("constants.peers", 3), "constants.peers", "clashes"),
@@ -398,3 +402,76 @@ def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_select
     path.write_text(SMOKE.read_text() + "noise_floor: sometimes\n")
     with pytest.raises(GridError, match="noise_floor: must be true or false"):
         load_grid(path)
+
+
+STUDY = REPO / "grids" / "study.yml"
+
+
+def test_study_grid_changes_one_factor_at_a_time_around_its_centre():
+    """grids/study.yml: every run trains the same samples; each run differs from the centre point (BS 32,
+    LR 0.01, TBS 1250, LU off) in one factor, or is the centre; 3 repeats of every setting."""
+    runs = study_runs(load_grid(STUDY))
+    centre = {"batch_size": 32, "learning_rate": 0.01, "target_batch_size": 1250, "local_updates": False}
+    settings = {}
+    for run in runs:
+        s = run.settings
+        peers = 1 if s["strategy"] == "baseline" else s["peers"]
+        assert s["max_steps"] * s["batch_size"] * peers in range(30000 - s["batch_size"] * peers, 30001)
+        assert s["vcpus"] * peers == 16 and s["eval_every"] >= 1
+        differs = {k for k, v in centre.items() if k in s and s[k] != v}
+        differs |= {"matchmaking_time"} if "matchmaking_time" in s else set()
+        assert len(differs - {"local_updates"}) <= 1, run.experiment_id
+        settings.setdefault(run.experiment_id.rsplit("-r", 1)[0], []).append(run.repeat)
+    assert all(sorted(repeats) == [1, 2, 3] for repeats in settings.values())
+    hivemind_peers = {r.settings["peers"] for r in runs if r.block == "peers"}
+    assert hivemind_peers == {2, 4, 8, 16}
+    assert {r.settings["local_updates"] for r in runs if r.block == "local-updates"} == {True, False}
+
+
+def test_interleaved_order_runs_every_setting_before_the_next_repeat():
+    """order: interleaved: repeat-major over every block; the cluster's shape changes as seldom as it can
+    (ascending peers in odd repeats, descending in even: a repeat starts with the shape the last ended)."""
+    runs = study_runs(load_grid(STUDY))
+    assert [run.repeat for run in runs] == sorted(run.repeat for run in runs)
+    assert [run.index for run in load_grid(STUDY).runs] == list(range(1, len(load_grid(STUDY).runs) + 1))
+
+    def peers(run):
+        return 1 if run.strategy == "baseline" else run.settings["peers"]
+
+    for repeat in (1, 2, 3):
+        order = [peers(run) for run in runs if run.repeat == repeat]
+        assert order == sorted(order, reverse=repeat == 2)
+    changes = sum(peers(a) != peers(b) for a, b in itertools.pairwise(runs))
+    assert changes == 3 * 4  # 5 shapes a repeat: 4 changes in each, none between repeats
+
+
+def test_dry_run_prices_the_runs_to_run_from_the_grid_s_complete_runs(tmp_path):
+    """The dry run's time: measured for complete runs, per sample of the same shape for the others, '?'
+    where no run of the shape is complete."""
+    import json
+
+    grid = load_grid(STUDY)
+    done = next(run for run in grid.runs if run.block == "peers" and run.settings["peers"] == 2)
+    (tmp_path / done.experiment_id).mkdir()
+    (tmp_path / done.experiment_id / "experiment.json").write_text(json.dumps({"complete": True}))
+    status = {"runs": {done.experiment_id: {"status": "complete", "seconds": 360.0}}}
+    (tmp_path / "grid-study.status.json").write_text(json.dumps(status))
+    completed = trainer("grid", str(STUDY), "--dry-run", "--results-dir", str(tmp_path))
+    assert completed.returncode == 0, completed.stderr
+    lines = {
+        line.split()[2]: line.split()[3]
+        for line in completed.stdout.splitlines()
+        if line[:4].strip().isdigit()
+    }
+    assert lines[done.experiment_id] == "6m00s"
+    again = done.experiment_id.replace("-r1", "-r2")
+    assert lines[again] == "6m00s"  # the same shape and samples
+    bs128 = next(
+        r.experiment_id
+        for r in grid.runs
+        if r.block == "hivemind-batch-size" and r.repeat == 1 and r.settings["batch_size"] == 128
+    )
+    assert lines[bs128] == "6m00s"  # 117 steps x 128 = 468 x 32 samples a peer
+    assert all(lines[r.experiment_id] == "?" for r in grid.runs if r.strategy == "baseline")
+    total = completed.stdout.splitlines()[-1]
+    assert total.startswith("time: 6m00s spent on the complete runs; ")
