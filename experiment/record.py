@@ -58,6 +58,9 @@ EXPERIMENT_FIELDS: tuple[RecordField, ...] = (
     RecordField("expected_incomplete", (list,), "problems excused by a planned fault"),
     RecordField("clocks", (dict,), "every host's clock against the controller's at the start"),
     RecordField("warnings", (list,), "what makes the run less than it set out to be"),
+    RecordField(
+        "host_load", _OPTIONAL_DICT, "what else loaded the controller's machine during the run (host_load.py)"
+    ),
     RecordField("started", (str, *_NUMBER, type(None)), "when the run started (ISO 8601 UTC, or Unix time)"),
     RecordField("finished", (str, *_NUMBER), "when the record was written"),
     # written by benchmarks/study_scale.py, which places processes on cores itself
