@@ -12,6 +12,7 @@ recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -62,10 +63,8 @@ def snapshot(_: Any = None, reset_peak: bool = False) -> dict[str, Any]:
     """The machine now (the filter ``testbed_host_snapshot``). ``reset_peak``: start the containers' memory
     high-water mark again (cgroup v1; as root), so that the end's figure is this run's."""
     if reset_peak:
-        try:
+        with contextlib.suppress(OSError):
             (CONTAINER_MEMORY_V1 / "memory.max_usage_in_bytes").write_text("0")
-        except OSError:
-            pass
     busy, total = _busy_seconds(Path("/proc/stat").read_text())
     return {
         "time": time.time(),
