@@ -148,6 +148,9 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "sent_bytes_per_sample": sent_bytes_per_sample(e),
         "hivemind_bytes_per_sample": hivemind_bytes_per_sample(e),
         "link_mbit": link_mbit(e),
+        # what else the machine did meanwhile: the cores its other processes took, the load at the end
+        "host_other_cores": (e.host_load or {}).get("other_cores"),
+        "host_load_end": ((e.host_load or {}).get("load_average_end") or [None])[0],
         "rounds_ok": sum(row.get("outcome") == "ok" for row in rounds),
         "rounds_failed": sum(row.get("outcome") not in (None, "ok") for row in rounds),
         # why they failed (rounds.csv `cause`; files written before it existed count as other)

@@ -74,6 +74,9 @@ class Experiment:
     compute: dict[str, Any] | None = None
     #: experiment.json's ``clocks``: every host's clock against the controller's at the start, its warnings
     clocks: dict[str, Any] = field(default_factory=dict)
+    #: experiment.json's ``host_load``: what else loaded the controller's machine during the run (None: not
+    #: recorded)
+    host_load: dict[str, Any] | None = None
     #: what tells its setting's label from another setting's of the same label (``distinguish_labels``)
     label_suffix: str = ""
 
@@ -226,6 +229,7 @@ def load_experiment(path: Path) -> Experiment | None:
         faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
         compute=compute if isinstance(compute := document.get("compute"), dict) else None,
         clocks=clocks if isinstance(clocks := document.get("clocks"), dict) else {},
+        host_load=load if isinstance(load := document.get("host_load"), dict) else None,
     )
     factor = float(document.get("time_dilation") or configs[0].get("time_dilation") or 1.0)
     return in_modelled_time(experiment, factor) if factor > 1 else experiment

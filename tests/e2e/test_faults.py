@@ -279,6 +279,7 @@ def test_a_diloco_run_survives_the_same_churn(tmp_path, chance):
     for restart in restarts:
         row = costs[restart["spec"]]
         assert float(row["first_step_after_seconds"]) > 0 and int(row["state_download_bytes"]) > 0, row
-        assert int(row["samples_lost"]) >= 0 and int(row["rounds_failed"]) >= 0, row
+        # counted (a whole number each, none missing), however many the restart cost
+        assert row["samples_lost"].isdigit() and row["rounds_failed"].isdigit(), row
     strategies = {row["strategy"]: row for row in _rows(tmp_path / "report" / "strategies.csv")}
     assert "diloco" in strategies, strategies

@@ -455,13 +455,13 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         assert probe["workers"] == host["threads"] and probe["late_seconds"] < 1, probe
         assert 0 < probe["cores_used"] <= 1.05 * limit, (peer, probe, limit)
         chance.expect(probe["cores_used"] >= 0.85 * limit, f"{peer} got 85 % of its quota", (probe, limit))
-        assert cpu["source"] == "cgroup" and cpu["periods"] > 0 and cpu["throttled_periods"] >= 0, cpu
+        assert cpu["source"] == "cgroup" and cpu["throttled_periods"] <= cpu["periods"] > 0, cpu
         assert cpu["cores_used"] <= limit * 1.05, (peer, cpu)
         # where the peer's CPU went: the training loop's process and Hivemind's DHT, p2pd and averagers
         split = cpu["process_tree_by_role"]
         assert {"trainer", "dht", "p2pd", "state_averager"} <= set(split), (peer, split)
         # the DHT and p2pd work all the time; an averager may have had no round in a short run's window
-        assert split["dht"] > 0 and split["p2pd"] > 0 and min(split.values()) >= 0, (peer, split)
+        assert split["dht"] > 0 and split["p2pd"] > 0, (peer, split)
     assert "CPU by process (all peers, training): " in run.output
     # Issue 12, shaping: every peer's uplink was shaped to its own rate during the run, and the shaping is
     # gone afterwards. The measured link is the last peer's uplink (peer-04 -> peer-01,

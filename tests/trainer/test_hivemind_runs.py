@@ -224,7 +224,7 @@ def test_two_peers_average_and_agree(peers, local_updates, chance):
         # the CPU split by process: the loop's, Hivemind's DHT, its p2pd and the averagers each have a share
         split = summary["cpu_received"]["process_tree_by_role"]
         roles = {"trainer", "dht", "p2pd", "state_averager"} | (set() if local_updates else {"grad_averager"})
-        assert set(split) == roles and min(split.values()) >= 0, split
+        assert set(split) == roles, split
         assert split["trainer"] > 0 and split["dht"] > 0 and split["p2pd"] > 0, split
         assert sum(split.values()) == pytest.approx(summary["cpu_received"]["process_tree_seconds"], abs=0.05)
         # how the rounds went on 2 shared cores: recorded, not asserted

@@ -1,0 +1,230 @@
+"""The study's published figures, generated from its committed results (docs/study.md).
+
+``python -m controller.report.study`` runs ``trainer report`` on ``studies/thesis`` (the committed results of
+``trainer grid grids/study.yml --results-dir studies/thesis``) into ``studies/thesis/report`` and writes the
+tables of docs/study.md between their markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``) from that
+report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each, where a
+committed CSV or a table of docs/study.md differs from what the committed results give: no figure of the
+study is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from statistics import mean
+
+REPO = Path(__file__).resolve().parents[2]
+STUDY_DIR = REPO / "studies" / "thesis"
+REPORT_DIR = STUDY_DIR / "report"
+DOC = REPO / "docs" / "study.md"
+#: the report's options for the study (docs/study.md, "Targets"): the loss every centre-point run reaches,
+#: the baselines' included, so that no configuration is compared on runs that never get there
+TARGET_LOSS = 1.0
+REPORT_ARGS = ("--target-loss", str(TARGET_LOSS))
+#: CSV files of the report that hold no figure of the study's runs (none now); every other one is compared
+UNCOMPARED: tuple[str, ...] = ()
+MARKER = re.compile(r"(<!-- study:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /study -->)", re.DOTALL)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def number(text: str | None, digits: int = 3) -> str:
+    """A CSV cell for a table: numbers to ``digits`` significant figures, empty as a dash.
+
+    >>> number("0.123456"), number("1234.5"), number(""), number("needs 3 runs a side")
+    ('0.123', '1.23e+03', '–', 'needs 3 runs a side')
+    >>> number("12.0"), number("2"), number("nan")
+    ('12', '2', '–')
+    """
+    if text in (None, ""):
+        return "–"
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def markdown(columns: list[tuple[str, str]], rows: list[dict[str, str]]) -> str:
+    """A markdown table of ``rows`` with (heading, CSV column) ``columns``."""
+    if not rows:
+        return "_no runs yet_\n"
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(number(row.get(c)) for _, c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _per_setting(rows: list[dict[str, str]], fields: list[str]) -> list[dict[str, str]]:
+    """The mean of ``fields`` over each setting's repeats (rows of one setting share ``setting``)."""
+    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for row in rows:
+        groups[row["setting"]].append(row)
+    out = []
+    for setting, group in groups.items():
+        merged = {"setting": setting, "repeats": str(len(group))}
+        for field in fields:
+            values = [float(r[field]) for r in group if r.get(field) not in (None, "")]
+            merged[field] = f"{mean(values):.6g}" if values else ""
+        out.append(merged)
+    return out
+
+
+def _centre(setting: str) -> bool:
+    """A centre-point setting of the peers section: TBS 1250, local updates off, the default matchmaking."""
+    return "tbs1250 noLU" in setting and " mm" not in setting
+
+
+def peers_table(report: Path) -> str:
+    rows = [r for r in read_csv(report / "comparisons.csv") if _centre(r["setting"])]
+    rows.sort(key=lambda r: int(r["setting"].split("p", 1)[0]))
+    return markdown(
+        [
+            ("setting", "setting"),
+            ("runs", "repeats"),
+            ("throughput / baseline", "throughput_speedup"),
+            ("95 % interval", "throughput_ci_low"),
+            ("to", "throughput_ci_high"),
+            ("verdict", "throughput_verdict"),
+            ("time to loss: speedup", "time_speedup"),
+            ("verdict", "time_verdict"),
+            ("reached", "time_reached"),
+        ],
+        rows,
+    )
+
+
+def breakdown_table(report: Path) -> str:
+    fields = ["step_ms", "data_share", "compute_share", "averaging_share", "optimizer_local_share"]
+    rows = _per_setting(read_csv(report / "breakdown.csv"), fields)
+    rows = [r for r in rows if not r["setting"].startswith("solo")]
+    return markdown(
+        [
+            ("setting", "setting"),
+            ("runs", "repeats"),
+            ("step ms", "step_ms"),
+            ("data", "data_share"),
+            ("compute", "compute_share"),
+            ("averaging", "averaging_share"),
+            ("optimizer", "optimizer_local_share"),
+        ],
+        rows,
+    )
+
+
+def _effects(factor: str) -> Callable[[Path], str]:
+    def table(report: Path) -> str:
+        metrics = ("time_to_target_seconds", "time_to_accuracy_seconds", "samples_per_second", "final_loss")
+        rows = [
+            r
+            for r in read_csv(report / "effects.csv")
+            if r["factor"] == factor and (r["metric"] in metrics or not r["metric"])
+        ]
+        return markdown(
+            [
+                ("cell", "cell"),
+                ("level", "level"),
+                ("metric", "metric"),
+                ("n", "n"),
+                ("median", "median"),
+                ("ratio to reference", "ratio"),
+                ("95 % interval", "ratio_ci_low"),
+                ("to", "ratio_ci_high"),
+                ("verdict", "verdict"),
+            ],
+            rows,
+        )
+
+    return table
+
+
+def load_table(report: Path) -> str:
+    """Per run: what else the machine did meanwhile (experiment.json host_load, experiments.csv)."""
+    rows = read_csv(report / "experiments.csv")
+    columns = [("experiment", "experiment_id"), ("D", "time_dilation")]
+    if rows and "host_other_cores" in rows[0]:
+        columns += [("other processes, cores", "host_other_cores"), ("load at end", "host_load_end")]
+    return markdown(columns, rows)
+
+
+TABLES: dict[str, Callable[[Path], str]] = {
+    "peers": peers_table,
+    "breakdown": breakdown_table,
+    "local_updates": _effects("local_updates"),
+    "target_batch_size": _effects("target_batch_size"),
+    "batch_size": _effects("batch_size"),
+    "learning_rate": _effects("learning_rate"),
+}
+
+
+def render(doc: str, report: Path) -> str:
+    """``doc`` with every marked table generated from ``report``'s CSV files; an unknown name fails."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise ValueError(f"docs/study.md: unknown table {name!r} (known: {', '.join(TABLES)})")
+        return match[1] + TABLES[name](report) + match[4]
+
+    return MARKER.sub(fill, doc)
+
+
+def run_report(out: Path) -> None:
+    from controller.report.command import configure_parser, main
+
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    args = parser.parse_args([str(STUDY_DIR), "--out", str(out), *REPORT_ARGS])
+    if main(args) != 0:
+        raise SystemExit(f"trainer report {STUDY_DIR} failed")
+
+
+def differences(generated: Path) -> list[str]:
+    """What the committed report and docs/study.md hold that ``generated`` (a fresh report) does not."""
+    problems = []
+    committed = {p.name for p in REPORT_DIR.glob("*.csv")} - set(UNCOMPARED)
+    fresh = {p.name for p in generated.glob("*.csv")} - set(UNCOMPARED)
+    for name in sorted(committed ^ fresh):
+        where = "committed only" if name in committed else "generated only"
+        problems.append(f"{REPORT_DIR.relative_to(REPO)}/{name}: {where}")
+    for name in sorted(committed & fresh):
+        if (REPORT_DIR / name).read_text() != (generated / name).read_text():
+            problems.append(f"{REPORT_DIR.relative_to(REPO)}/{name}: differs from the committed results'")
+    doc = DOC.read_text()
+    if render(doc, generated) != doc:
+        problems.append("docs/study.md: a table differs from the committed results' report")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail where a published figure is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            run_report(Path(tmp))
+            problems = differences(Path(tmp))
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    run_report(REPORT_DIR)
+    DOC.write_text(render(DOC.read_text(), REPORT_DIR))
+    print(f"wrote {REPORT_DIR.relative_to(REPO)} and the tables of {DOC.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
