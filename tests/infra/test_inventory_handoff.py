@@ -129,7 +129,7 @@ def test_ansible_loads_groups_hosts_and_vars(rendered_inventory):
         assert host["ansible_host"] == host["cluster_address"] == f"{CLUSTER_PREFIX}.{100 + n}"
         assert (host["vcpus"], host["memory_mb"]) == (2, 4096)
         assert host["testbed_ports"] == PORTS
-        assert host["ansible_user"] == "root"
+        assert host["ansible_user"] == "debian"
         assert host["testbed_local_cluster"] is False  # from group_vars/all
         assert host["testbed_cluster_cidr"] == f"{CLUSTER_PREFIX}.0/24"
     assert hostvars["monitor"]["cluster_address"] == f"{CLUSTER_PREFIX}.10"

@@ -117,9 +117,9 @@ variable "ssh_public_keys" {
 }
 
 variable "ssh_user" {
-  description = "User Ansible logs in as."
+  description = "User Ansible logs in as (sudo; made by contextualization). Debian's cloud images refuse root's login."
   type        = string
-  default     = "root"
+  default     = "debian"
 }
 
 variable "tags" {

@@ -69,7 +69,7 @@ variable "cluster_cidr" {
 variable "ssh_user" {
   description = "The user Ansible logs in as (ansible_user for all hosts)."
   type        = string
-  default     = "root"
+  default     = "debian"
   nullable    = false
 
   validation {

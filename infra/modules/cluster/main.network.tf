@@ -13,6 +13,10 @@ resource "opennebula_virtual_network" "cluster" {
   gateway         = coalesce(var.network.gateway, cidrhost(var.cluster_cidr, 1))
   dns             = coalesce(var.network.dns, var.network.gateway, cidrhost(var.cluster_cidr, 1))
   cluster_ids     = length(var.network.cluster_ids) > 0 ? var.network.cluster_ids : null
+  # 802.1Q and vxlan networks: the given VLAN, else one OpenNebula picks (the provider refuses neither set)
+  vlan_id           = var.network.vlan_id == null ? null : tostring(var.network.vlan_id)
+  automatic_vlan_id = contains(["802.1Q", "vxlan"], var.network.type) && var.network.vlan_id == null ? true : null
+  mtu               = var.network.mtu
   # Only this module's group: without it OpenNebula adds the default group 0, which allows all traffic.
   security_groups = [tonumber(opennebula_security_group.cluster.id)]
   tags            = local.common_tags

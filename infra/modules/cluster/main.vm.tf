@@ -10,12 +10,17 @@ resource "opennebula_virtual_machine" "node" {
   vcpu        = each.value.vcpus
   memory      = each.value.memory_mb
 
-  context = {
-    NETWORK        = "YES"
-    SET_HOSTNAME   = each.key
-    SSH_PUBLIC_KEY = join("\n", [for key in var.ssh_public_keys : trimspace(key)])
-    TESTBED_ROLE   = each.value.role
-  }
+  # USERNAME: the login user, made with sudo and the keys by OpenNebula's context packages and by cloud-init's
+  # OpenNebula datasource alike (root: the keys go to root, no user is made)
+  context = merge(
+    {
+      NETWORK        = "YES"
+      SET_HOSTNAME   = each.key
+      SSH_PUBLIC_KEY = join("\n", [for key in var.ssh_public_keys : trimspace(key)])
+      TESTBED_ROLE   = each.value.role
+    },
+    var.ssh_user == "root" ? {} : { USERNAME = var.ssh_user },
+  )
 
   os {
     arch = "x86_64"

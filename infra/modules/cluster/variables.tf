@@ -192,7 +192,7 @@ variable "network_id" {
 }
 
 variable "network" {
-  description = "Settings of the created virtual network. gateway and dns default to the cluster_cidr's first host."
+  description = "Settings of the created virtual network. gateway and dns default to the cluster_cidr's first host. 802.1Q and vxlan networks need a VLAN: vlan_id, or none for OpenNebula to pick one (automatic). mtu: the network's MTU (null: the driver's)."
   type = object({
     bridge          = optional(string, "br0")
     physical_device = optional(string)
@@ -200,6 +200,8 @@ variable "network" {
     gateway         = optional(string)
     dns             = optional(string)
     cluster_ids     = optional(list(number), [])
+    vlan_id         = optional(number)
+    mtu             = optional(number)
   })
   default  = {}
   nullable = false
@@ -212,6 +214,21 @@ variable "network" {
   validation {
     condition     = var.network.gateway == null || can(cidrhost("${coalesce(var.network.gateway, "x")}/32", 0))
     error_message = "network.gateway must be an IPv4 address."
+  }
+
+  validation {
+    condition     = var.network.vlan_id == null || (contains(["802.1Q", "vxlan", "ovswitch"], var.network.type) && try(var.network.vlan_id >= 1 && var.network.vlan_id <= 16777215 && floor(var.network.vlan_id) == var.network.vlan_id, false))
+    error_message = "network.vlan_id is for 802.1Q, vxlan and ovswitch networks only, a whole number from 1 (802.1Q: to 4094; vxlan: to 16777215)."
+  }
+
+  validation {
+    condition     = var.network.vlan_id == null || var.network.type != "802.1Q" || try(var.network.vlan_id <= 4094, false)
+    error_message = "network.vlan_id of an 802.1Q network must be 1-4094."
+  }
+
+  validation {
+    condition     = var.network.mtu == null || try(var.network.mtu >= 576 && var.network.mtu <= 9216, false)
+    error_message = "network.mtu must be 576-9216 bytes."
   }
 }
 
@@ -291,9 +308,9 @@ variable "ssh_public_keys" {
 }
 
 variable "ssh_user" {
-  description = "User Ansible logs in as; OpenNebula's contextualization installs the keys for root."
+  description = "User Ansible logs in as, with sudo: contextualization (USERNAME) makes it on the VMs and installs the keys for it. Debian's cloud images refuse root's login; their user is debian."
   type        = string
-  default     = "root"
+  default     = "debian"
   nullable    = false
 }
 

@@ -52,7 +52,7 @@ run "eight_peers" {
   }
   assert {
     condition = yamldecode(output.ansible_inventory).all.vars == {
-      ansible_user         = "root"
+      ansible_user         = "debian"
       testbed_cluster_cidr = "10.42.0.0/24"
       testbed_ports = {
         trainer_metrics = 9410
@@ -82,7 +82,7 @@ run "leased_addresses" {
   variables {
     static_addresses = false
     peers            = 2
-    ssh_user         = "debian"
+    ssh_user         = "ubuntu"
   }
 
   assert {
@@ -94,7 +94,7 @@ run "leased_addresses" {
     error_message = "Without static addresses no NIC may request a fixed IP."
   }
   assert {
-    condition     = yamldecode(output.ansible_inventory).all.vars.ansible_user == "debian"
-    error_message = "ssh_user must become ansible_user."
+    condition     = yamldecode(output.ansible_inventory).all.vars.ansible_user == "ubuntu" && alltrue([for vm in opennebula_virtual_machine.node : vm.context.USERNAME == "ubuntu"])
+    error_message = "ssh_user must become ansible_user and the VMs' USERNAME."
   }
 }

@@ -60,6 +60,10 @@ run "created_network_and_existing_image" {
     error_message = "Contextualization must carry every SSH public key, one per line."
   }
   assert {
+    condition     = alltrue([for vm in opennebula_virtual_machine.node : vm.context.USERNAME == "debian"])
+    error_message = "Contextualization must make the login user (USERNAME, default debian: Debian's cloud images refuse root)."
+  }
+  assert {
     condition     = opennebula_virtual_machine.node["peer-02"].tags == tomap({ testbed = "testbed", managed_by = "terraform", role = "peer", host = "peer-02" })
     error_message = "Peer VMs must be tagged with testbed, role and host."
   }
@@ -105,5 +109,31 @@ run "existing_network_and_imported_image" {
   assert {
     condition     = opennebula_image.os[0].tags.project == "hivemind-study" && opennebula_virtual_machine.node["peer-01"].tags.project == "hivemind-study"
     error_message = "Extra tags must reach every object."
+  }
+}
+
+run "vlan_networks_get_a_vlan" {
+  command = plan
+
+  variables {
+    network = { type = "802.1Q", physical_device = "eth1", mtu = 9000 }
+  }
+
+  assert {
+    condition     = opennebula_virtual_network.cluster[0].automatic_vlan_id == true && opennebula_virtual_network.cluster[0].mtu == 9000
+    error_message = "An 802.1Q network without vlan_id must ask OpenNebula for a VLAN, and carry the MTU."
+  }
+}
+
+run "a_given_vlan_id_is_used" {
+  command = plan
+
+  variables {
+    network = { type = "vxlan", physical_device = "eth1", vlan_id = 4242 }
+  }
+
+  assert {
+    condition     = opennebula_virtual_network.cluster[0].vlan_id == "4242" && opennebula_virtual_network.cluster[0].automatic_vlan_id == null
+    error_message = "A given vlan_id must be set as it is, without the automatic VLAN."
   }
 }

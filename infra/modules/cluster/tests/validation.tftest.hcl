@@ -339,3 +339,33 @@ run "rejects_small_os_disk" {
 
   expect_failures = [var.os_disk_size_mb]
 }
+
+run "rejects_a_vlan_on_a_bridge" {
+  command = plan
+
+  variables {
+    network = { type = "bridge", vlan_id = 10 }
+  }
+
+  expect_failures = [var.network]
+}
+
+run "rejects_an_802_1q_vlan_above_4094" {
+  command = plan
+
+  variables {
+    network = { type = "802.1Q", vlan_id = 5000 }
+  }
+
+  expect_failures = [var.network]
+}
+
+run "rejects_a_tiny_mtu" {
+  command = plan
+
+  variables {
+    network = { mtu = 100 }
+  }
+
+  expect_failures = [var.network]
+}
