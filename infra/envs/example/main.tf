@@ -27,5 +27,6 @@ module "cluster" {
 
   ssh_public_keys = var.ssh_public_keys
   ssh_user        = var.ssh_user
+  ssh_bastion     = var.ssh_bastion
   tags            = var.tags
 }

@@ -127,3 +127,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "ssh_bastion" {
+  description = "user@host[:port] to jump through when this machine cannot route to the cluster network (null: direct)."
+  type        = string
+  default     = null
+}

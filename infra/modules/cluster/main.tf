@@ -62,6 +62,7 @@ module "inventory" {
     memory_mb       = local.hosts["monitor"].memory_mb
   }
   ssh_user     = var.ssh_user
+  ssh_bastion  = var.ssh_bastion
   cluster_cidr = var.cluster_cidr
   ports        = var.ports
   admin_cidrs  = var.admin_cidrs

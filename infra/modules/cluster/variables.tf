@@ -326,3 +326,14 @@ variable "sched_requirements" {
   type        = string
   default     = null
 }
+
+variable "ssh_bastion" {
+  description = "user@host[:port] Ansible jumps through to reach the VMs' private addresses (SSH ProxyJump), where the controller is outside the cluster network; null: the controller routes to cluster_cidr itself."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ssh_bastion == null || can(regex("^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$", coalesce(var.ssh_bastion, "x")))
+    error_message = "ssh_bastion must be [user@]host[:port], e.g. debian@gateway.example.org."
+  }
+}

@@ -53,6 +53,7 @@ run "eight_peers" {
   assert {
     condition = yamldecode(output.ansible_inventory).all.vars == {
       ansible_user         = "debian"
+      testbed_ssh_bastion  = null
       testbed_cluster_cidr = "10.42.0.0/24"
       testbed_ports = {
         trainer_metrics = 9410
@@ -83,6 +84,7 @@ run "leased_addresses" {
     static_addresses = false
     peers            = 2
     ssh_user         = "ubuntu"
+    ssh_bastion      = "debian@gateway.example.org:2222"
   }
 
   assert {
@@ -96,5 +98,9 @@ run "leased_addresses" {
   assert {
     condition     = yamldecode(output.ansible_inventory).all.vars.ansible_user == "ubuntu" && alltrue([for vm in opennebula_virtual_machine.node : vm.context.USERNAME == "ubuntu"])
     error_message = "ssh_user must become ansible_user and the VMs' USERNAME."
+  }
+  assert {
+    condition     = yamldecode(output.ansible_inventory).all.vars.testbed_ssh_bastion == "debian@gateway.example.org:2222"
+    error_message = "ssh_bastion must reach the inventory (the connection's ProxyJump)."
   }
 }

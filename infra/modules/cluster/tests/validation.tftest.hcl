@@ -369,3 +369,13 @@ run "rejects_a_tiny_mtu" {
 
   expect_failures = [var.network]
 }
+
+run "rejects_a_bastion_that_is_no_host" {
+  command = plan
+
+  variables {
+    ssh_bastion = "ssh://gateway example"
+  }
+
+  expect_failures = [var.ssh_bastion]
+}
