@@ -105,7 +105,7 @@ pytest: setup
 # lanes at the scheduler's idle priority (LINT_BESIDE: SCHED_IDLE, only the CPU the lanes leave; no container,
 # no timeout), their output shown at the end: beside the parallel pass, where the two cores are busy, they
 # cost that phase about 40 s; beside the tests on real peers, which left 0.6-0.8 of a core idle, those tests
-# took longer (docs/run-overhead.md, session 53). Any part failing fails. The images are built as
+# took longer. Any part failing fails. The images are built as
 # `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
@@ -119,13 +119,11 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # and the benchmarks whose checks hold on a loaded host, and the Molecule scenario that deploys the test Ceph
 # (marker load_tolerant: they time nothing of this host; the scenario moved out of the CPU-bound first
 # phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
-# at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits:
-# docs/run-overhead.md, sessions 45 and 46). The second lane's output is shown once both are done. The
-# load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP wait-policy and
-# strategy-memory benchmarks) run first in the local cluster's lane: it had ended 105-140 s before the second
-# in session 51's three clean clones, 26 s before it after the first three moved (session 52), 130 s before it
-# again in session 55's, when the OpenMP benchmark moved, and 38-117 s before it in sessions 55-56's, when the
-# memory benchmark moved (docs/run-overhead.md).
+# at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits;
+# `benchmarks/busy_by_test.py` measures it, docs/run-overhead.md). The second lane's output is shown once both
+# are done. The load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP
+# wait-policy and strategy-memory benchmarks) run first in the local cluster's lane, which ends earlier than
+# the second without them.
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane)" tests/
 SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))" tests/
 LOCAL_LANE := pytest -m "local_cluster or local_lane" tests/
