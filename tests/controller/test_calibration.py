@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,10 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     assert peers["compute"]["calibration_file"] == str(DEFAULT)
     assert peers["compute"]["local_one_thread_rate"] == 91.5
     assert peers["trainer_settings"]["time_dilation"] == d_peers
+    # run_timeout is modelled like every time setting: the playbook waits it x D
+    assert peers["run_timeout_seconds"] == math.ceil(3600 * d_peers) > 3600
+    longer = testbed_experiment({"peers": "16", "run_timeout": "600"}, _inventory(tmp_path, [1] * 16))
+    assert longer["run_timeout_seconds"] == math.ceil(600 * d_peers)
 
     baseline = testbed_experiment({"strategy": "baseline", "peers": "1"}, _inventory(tmp_path, [16]))
     assert baseline["errors"] == []
