@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY_DIR = REPO / "studies" / "thesis"
@@ -68,6 +69,65 @@ def markdown(columns: list[tuple[str, str]], rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the centre point of the study (grids/study.yml): every other setting changes one of these
+CENTRE = {"batch_size": 32, "learning_rate": 0.01, "target_batch_size": 1250, "local_updates": False}
+DEFAULT_MATCHMAKING = 5.0
+
+
+def settings_by_label(study_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each setting's report label (the tables' ``setting`` and ``cell``) and its settings."""
+    from controller.report.data import load_experiments
+
+    return {e.label(): e.settings for e in load_experiments(study_dir) if not e.is_noise_floor}
+
+
+def short(settings: dict[str, Any]) -> str:
+    """A reader's name for a setting: its cluster, then what differs from the centre point.
+
+    >>> short({"strategy": "baseline", "peers": 1, "batch_size": 32, "learning_rate": 0.01})
+    'baseline 1 x 16'
+    >>> short({"strategy": "hivemind", "peers": 2, "vcpus": 8, "batch_size": 64, "learning_rate": 0.01,
+    ...        "target_batch_size": 1250, "local_updates": True, "matchmaking_time": 0.5})
+    'Hivemind 2 x 8, BS 64, LU on, matchmaking 0.5 s'
+    """
+    if settings.get("strategy") == "baseline":
+        name, hivemind = "baseline 1 x 16", False
+    else:
+        name, hivemind = f"Hivemind {settings.get('peers')} x {settings.get('vcpus')}", True
+    parts = [name]
+    if settings.get("batch_size") != CENTRE["batch_size"]:
+        parts.append(f"BS {settings.get('batch_size')}")
+    if settings.get("learning_rate") != CENTRE["learning_rate"]:
+        parts.append(f"LR {settings.get('learning_rate'):g}")
+    if hivemind and settings.get("target_batch_size") != CENTRE["target_batch_size"]:
+        parts.append(f"TBS {settings.get('target_batch_size')}")
+    if hivemind and settings.get("local_updates"):
+        parts.append("LU on")
+    matchmaking = settings.get("matchmaking_time")
+    if hivemind and matchmaking is not None and float(matchmaking) != DEFAULT_MATCHMAKING:
+        parts.append(f"matchmaking {float(matchmaking):g} s")
+    return ", ".join(parts)
+
+
+def is_centre(settings: dict[str, Any]) -> bool:
+    """The centre point at any number of peers (the baseline's settings are only BS and LR)."""
+    if not settings:
+        return False
+    keys: tuple[str, ...] = ("batch_size", "learning_rate")
+    if settings.get("strategy") != "baseline":
+        keys += ("target_batch_size", "local_updates")
+        if float(settings.get("matchmaking_time") or DEFAULT_MATCHMAKING) != DEFAULT_MATCHMAKING:
+            return False
+    return all(settings.get(key) == CENTRE[key] for key in keys)
+
+
+def _named(
+    rows: list[dict[str, str]], labels: dict[str, dict[str, Any]], column: str
+) -> list[dict[str, str]]:
+    """``rows`` with ``column`` (a report label) replaced by the setting's reader's name."""
+    return [{**row, column: short(labels[row[column]])} for row in rows if row[column] in labels]
+
+
 def _per_setting(rows: list[dict[str, str]], fields: list[str]) -> list[dict[str, str]]:
     """The mean of ``fields`` over each setting's repeats (rows of one setting share ``setting``)."""
     groups: dict[str, list[dict[str, str]]] = defaultdict(list)
@@ -83,14 +143,9 @@ def _per_setting(rows: list[dict[str, str]], fields: list[str]) -> list[dict[str
     return out
 
 
-def _centre(setting: str) -> bool:
-    """A centre-point setting of the peers section: TBS 1250, local updates off, the default matchmaking."""
-    return "tbs1250 noLU" in setting and " mm" not in setting
-
-
-def peers_table(report: Path) -> str:
-    rows = [r for r in read_csv(report / "comparisons.csv") if _centre(r["setting"])]
-    rows.sort(key=lambda r: int(r["setting"].split("p", 1)[0]))
+def peers_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    rows = [r for r in read_csv(report / "comparisons.csv") if is_centre(labels.get(r["setting"], {}))]
+    rows.sort(key=lambda r: int(labels[r["setting"]]["peers"]))
     return markdown(
         [
             ("setting", "setting"),
@@ -103,14 +158,13 @@ def peers_table(report: Path) -> str:
             ("verdict", "time_verdict"),
             ("reached", "time_reached"),
         ],
-        rows,
+        _named(rows, labels, "setting"),
     )
 
 
-def breakdown_table(report: Path) -> str:
+def breakdown_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     fields = ["step_ms", "data_share", "compute_share", "averaging_share", "optimizer_local_share"]
-    rows = _per_setting(read_csv(report / "breakdown.csv"), fields)
-    rows = [r for r in rows if not r["setting"].startswith("solo")]
+    rows = _per_setting(_named(read_csv(report / "breakdown.csv"), labels, "setting"), fields)
     return markdown(
         [
             ("setting", "setting"),
@@ -125,8 +179,8 @@ def breakdown_table(report: Path) -> str:
     )
 
 
-def _effects(factor: str) -> Callable[[Path], str]:
-    def table(report: Path) -> str:
+def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
+    def table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
         metrics = ("time_to_target_seconds", "time_to_accuracy_seconds", "samples_per_second", "final_loss")
         rows = [
             r
@@ -135,7 +189,7 @@ def _effects(factor: str) -> Callable[[Path], str]:
         ]
         return markdown(
             [
-                ("cell", "cell"),
+                ("reference", "cell"),
                 ("level", "level"),
                 ("metric", "metric"),
                 ("n", "n"),
@@ -145,22 +199,13 @@ def _effects(factor: str) -> Callable[[Path], str]:
                 ("to", "ratio_ci_high"),
                 ("verdict", "verdict"),
             ],
-            rows,
+            _named(rows, labels, "cell"),
         )
 
     return table
 
 
-def load_table(report: Path) -> str:
-    """Per run: what else the machine did meanwhile (experiment.json host_load, experiments.csv)."""
-    rows = read_csv(report / "experiments.csv")
-    columns = [("experiment", "experiment_id"), ("D", "time_dilation")]
-    if rows and "host_other_cores" in rows[0]:
-        columns += [("other processes, cores", "host_other_cores"), ("load at end", "host_load_end")]
-    return markdown(columns, rows)
-
-
-TABLES: dict[str, Callable[[Path], str]] = {
+TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
     "peers": peers_table,
     "breakdown": breakdown_table,
     "local_updates": _effects("local_updates"),
@@ -173,11 +218,13 @@ TABLES: dict[str, Callable[[Path], str]] = {
 def render(doc: str, report: Path) -> str:
     """``doc`` with every marked table generated from ``report``'s CSV files; an unknown name fails."""
 
+    labels = settings_by_label(STUDY_DIR)
+
     def fill(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in TABLES:
             raise ValueError(f"docs/study.md: unknown table {name!r} (known: {', '.join(TABLES)})")
-        return match[1] + TABLES[name](report) + match[4]
+        return match[1] + TABLES[name](report, labels) + match[4]
 
     return MARKER.sub(fill, doc)
 
