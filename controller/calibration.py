@@ -110,9 +110,13 @@ class Calibration:
         return sum(peers) / baseline
 
     def describe(self) -> str:
-        """Where the rates come from, in a line."""
+        """Where the rates come from, in a line; the torch it was measured with where the hosts run another
+        (requirements/node.txt)."""
         on = self.measured_on
         parts = [f"{on['cores']} cores" if "cores" in on else None, on.get("cpu_model"), on.get("date")]
+        torch, pinned = on.get("torch"), pinned_torch()
+        if torch and pinned and not str(torch).startswith(pinned):
+            parts.append(f"torch {torch}, the hosts run {pinned}")
         return f"{self.path} (measured on {', '.join(str(p) for p in parts if p) or 'an unnamed machine'})"
 
     def curve(self, model: str, batch_size: int) -> dict[int, float]:
@@ -134,6 +138,23 @@ def load(path: str | Path) -> Calibration:
     except (OSError, json.JSONDecodeError) as exc:
         raise CalibrationError(f"{path}: not a readable JSON file ({exc})") from None
     return parse(document, str(path))
+
+
+def pinned_torch() -> str | None:
+    """The torch version the hosts install (requirements/node.txt's pin), or None.
+
+    >>> pinned_torch()
+    '2.14.1'
+    """
+    requirements = Path(__file__).resolve().parents[1] / "requirements" / "node.txt"
+    try:
+        lines = requirements.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.strip().startswith("torch=="):
+            return line.strip().split("==", 1)[1].split(";")[0].strip()
+    return None
 
 
 def parse(document: Any, name: str = "calibration") -> Calibration:
