@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 STUDY_DIR = REPO / "studies" / "thesis"
 REPORT_DIR = STUDY_DIR / "report"
 DOC = REPO / "docs" / "study.md"
+GRID = REPO / "grids" / "study.yml"
 #: the report's options for the study (docs/study.md, "Targets"): the loss every centre-point run reaches,
 #: the baselines' included, so that no configuration is compared on runs that never get there
 TARGET_LOSS = 1.0
@@ -179,6 +180,29 @@ def breakdown_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def diagnosis_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Per setting: what bounds its runs (each run's bound, most often first) and the averaging's two parts,
+    the all-reduce itself (communication) and the waiting around it (coordination)."""
+    rows = _named(read_csv(report / "diagnosis.csv"), labels, "setting")
+    fields = ["communication_share", "coordination_share"]
+    merged = _per_setting(rows, fields)
+    for row in merged:
+        bounds = [r["bound"] for r in rows if r["setting"] == row["setting"]]
+        row["bound"] = ", ".join(sorted(set(bounds), key=lambda b: (-bounds.count(b), b)))
+        row["knob"] = next(r["knob"] for r in rows if r["setting"] == row["setting"])
+    return markdown(
+        [
+            ("setting", "setting"),
+            ("runs", "repeats"),
+            ("bound", "bound"),
+            ("all-reduce", "communication_share"),
+            ("waiting for a round", "coordination_share"),
+            ("the knob the report names", "knob"),
+        ],
+        merged,
+    )
+
+
 def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
     def table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
         metrics = ("time_to_target_seconds", "time_to_accuracy_seconds", "samples_per_second", "final_loss")
@@ -205,9 +229,52 @@ def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
     return table
 
 
+def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Machine time per block of grids/study.yml: spent on its complete runs (the grid's status file) and
+    estimated for the rest (controller/grid/estimate.py), in hours."""
+    from controller.grid.estimate import estimate
+    from controller.grid.spec import load_grid
+    from controller.grid.status import GridStatus, experiment_complete
+
+    grid = load_grid(GRID)
+    runs = list(grid.runs)
+    status = GridStatus.load(STUDY_DIR / f"grid-{grid.name}.status.json", grid)
+    done = {run.experiment_id for run in runs if experiment_complete(STUDY_DIR, run.experiment_id)}
+    estimates = estimate(runs, status.runs, done)
+    rows = []
+    for block in (*grid.blocks, "all"):
+        of_block = [run for run in runs if block in ("all", run.block)]
+        ids = [run.experiment_id for run in of_block]
+        spent = sum(estimates.measured.get(i, 0.0) for i in ids)
+        left, unknown = estimates.total(of_block)
+        rows.append(
+            {
+                "block": block,
+                "runs": str(len(of_block)),
+                "complete": str(sum(i in done for i in ids)),
+                "spent_h": f"{spent / 3600:.3f}",
+                "left_h": f"{left / 3600:.3f}",
+                "unpriced": str(unknown),
+            }
+        )
+    return markdown(
+        [
+            ("block", "block"),
+            ("runs", "runs"),
+            ("complete", "complete"),
+            ("hours spent", "spent_h"),
+            ("hours estimated for the rest", "left_h"),
+            ("runs of a shape not run yet", "unpriced"),
+        ],
+        rows,
+    )
+
+
 TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
     "peers": peers_table,
     "breakdown": breakdown_table,
+    "diagnosis": diagnosis_table,
+    "cost": cost_table,
     "local_updates": _effects("local_updates"),
     "target_batch_size": _effects("target_batch_size"),
     "batch_size": _effects("batch_size"),
