@@ -229,6 +229,25 @@ def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
     return table
 
 
+def prediction_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Per setting (gradient averaging): the granularity model's epoch (compute against matchmaking plus
+    all-reduce at the link's bound), its predicted speedup and the measured one, means over the runs."""
+    fields = ["compute_s", "communicate_s", "granularity", "predicted_speedup", "measured_speedup"]
+    rows = _per_setting(_named(read_csv(report / "prediction.csv"), labels, "setting"), fields)
+    return markdown(
+        [
+            ("setting", "setting"),
+            ("runs", "repeats"),
+            ("epoch's compute s", "compute_s"),
+            ("its round s", "communicate_s"),
+            ("granularity", "granularity"),
+            ("predicted speedup", "predicted_speedup"),
+            ("measured", "measured_speedup"),
+        ],
+        rows,
+    )
+
+
 def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     """Machine time per block of grids/study.yml: spent on its complete runs (the grid's status file) and
     estimated for the rest (controller/grid/estimate.py), in hours."""
@@ -275,6 +294,7 @@ TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
     "breakdown": breakdown_table,
     "diagnosis": diagnosis_table,
     "cost": cost_table,
+    "prediction": prediction_table,
     "local_updates": _effects("local_updates"),
     "target_batch_size": _effects("target_batch_size"),
     "batch_size": _effects("batch_size"),
