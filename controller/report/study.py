@@ -46,8 +46,8 @@ def number(text: str | None, digits: int = 3) -> str:
 
     >>> number("0.123456"), number("1234.5"), number(""), number("needs 3 runs a side")
     ('0.123', '1.23e+03', '–', 'needs 3 runs a side')
-    >>> number("12.0"), number("2"), number("nan")
-    ('12', '2', '–')
+    >>> number("12.0"), number("2"), number("nan"), number("1250"), number("1250.0")
+    ('12', '2', '–', '1250', '1250')
     """
     if text in (None, ""):
         return "–"
@@ -57,6 +57,8 @@ def number(text: str | None, digits: int = 3) -> str:
         return text
     if not math.isfinite(value):
         return "–"
+    if value.is_integer() and abs(value) < 1e7:
+        return str(int(value))
     return f"{value:.{digits}g}"
 
 
@@ -155,9 +157,11 @@ def peers_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
             ("95 % interval", "throughput_ci_low"),
             ("to", "throughput_ci_high"),
             ("verdict", "throughput_verdict"),
-            ("time to loss: speedup", "time_speedup"),
-            ("verdict", "time_verdict"),
-            ("reached", "time_reached"),
+            ("time to the loss: speedup", "time_to_target_speedup"),
+            ("verdict", "time_to_target_verdict"),
+            ("reached", "time_to_target_reached"),
+            ("time to the accuracy: speedup", "time_to_accuracy_speedup"),
+            ("reached", "time_to_accuracy_reached"),
         ],
         _named(rows, labels, "setting"),
     )

@@ -5,7 +5,7 @@ The collection's podman connection runs every task in five or six `podman exec` 
 temporary directory, chmod, the module, clean-up) after a `podman mount`. With pipelining a module is sent on
 the standard input of a single command. That command is not `podman exec` either: each `podman exec` costs
 about 0.1 s of CPU (the podman client, conmon, the runtime's exec) and 0.13 s of latency, against under 0.01 s
-for `nsenter`, and a cluster's run has thousands of tasks (docs/run-overhead.md, session 50). The command
+for `nsenter`, and a cluster's run has thousands of tasks (docs/run-overhead.md). The command
 enters the container as `podman exec` does:
 
 - every namespace of the container's first process (`nsenter --all`);

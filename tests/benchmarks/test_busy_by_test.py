@@ -23,7 +23,7 @@ def test_segments_doctest():
 
 
 # slow: it times its samples (one every 0.5 s across a 3 s child), so it runs in the serial pass; beside the
-# first phase's Molecule scenarios, with both cores busy, the sampler took 2 samples in those 3 s (session 53)
+# first phase's Molecule scenarios, with both cores busy, the sampler took 2 samples in those 3 s
 @pytest.mark.slow
 def test_a_test_that_starts_a_process_is_named_while_it_runs(tmp_path):
     # a test that busies a child process for 3 s, then one that does nothing in a process of its own

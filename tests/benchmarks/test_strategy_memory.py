@@ -14,7 +14,7 @@ from experiment.results import read_steps, read_summary
 REPO = Path(__file__).resolve().parents[2]
 
 # local_lane: `make test` runs it in the local cluster's lane, which ended 38-117 s before the other in
-# sessions 55-56's clean clones (docs/run-overhead.md)
+# clean clones (docs/run-overhead.md)
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant, pytest.mark.local_lane]
 
 

@@ -53,7 +53,7 @@ def interrupt_playbook(
     output shows ``at``; return its exit status and output. Fails when ``at`` never shows.
 
     A playbook still running 10 s after a press gets another, as a user would press again (at most
-    ``INTERRUPT_PRESSES``): once in a loaded `make test` (session 46), ansible-playbook went on to the end
+    ``INTERRUPT_PRESSES``): once in a loaded `make test`, ansible-playbook went on to the end
     after the press, its "User interrupted execution" never shown."""
     process = subprocess.Popen(
         _command(playbook, extra),

@@ -424,7 +424,7 @@ def test_study_grid_changes_one_factor_at_a_time_around_its_centre():
         settings.setdefault(run.experiment_id.rsplit("-r", 1)[0], []).append(run.repeat)
     assert all(sorted(repeats) == [1, 2, 3] for repeats in settings.values())
     hivemind_peers = {r.settings["peers"] for r in runs if r.block == "peers"}
-    assert hivemind_peers == {2, 4, 8, 16}
+    assert hivemind_peers == {2, 4, 8}  # 16 x 1 does not fit in this machine's memory (docs/study.md)
     assert {r.settings["local_updates"] for r in runs if r.block == "local-updates"} == {True, False}
 
 
@@ -442,7 +442,7 @@ def test_interleaved_order_runs_every_setting_before_the_next_repeat():
         order = [peers(run) for run in runs if run.repeat == repeat]
         assert order == sorted(order, reverse=repeat == 2)
     changes = sum(peers(a) != peers(b) for a, b in itertools.pairwise(runs))
-    assert changes == 3 * 4  # 5 shapes a repeat: 4 changes in each, none between repeats
+    assert changes == 3 * 3  # 4 shapes a repeat: 3 changes in each, none between repeats
 
 
 def test_dry_run_prices_the_runs_to_run_from_the_grid_s_complete_runs(tmp_path):

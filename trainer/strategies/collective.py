@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
+import socket
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,61 @@ log = logging.getLogger(__name__)
 #: exit reasons every rank reaches at the same step: a last collective (gathering sharded parameters for the
 #: fingerprint) is safe after them, and only after them
 AGREED_EXITS = ("max_steps", "target_loss", "collective_finish")
+
+
+def gloo_interface(rendezvous: str, environ: dict[str, str] | None = None) -> str | None:
+    """Point gloo at the interface that reaches rank 0 (``GLOO_SOCKET_IFNAME``), unless it is set; return
+    the interface, or None where none is found. Without it gloo binds the address the hostname resolves to,
+    and a cloud image maps its hostname to 127.0.1.1 in /etc/hosts: every rank would announce loopback.
+
+    >>> gloo_interface("127.0.0.1:29500", environ={})
+    'lo'
+    >>> gloo_interface("127.0.0.1:29500", environ={"GLOO_SOCKET_IFNAME": "eth1"})
+    'eth1'
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        return environ["GLOO_SOCKET_IFNAME"]
+    host, _, port = rendezvous.rpartition(":")
+    try:
+        address = route_address(host, int(port))
+    except (OSError, ValueError):
+        return None
+    interface = interface_of(address)
+    if interface:
+        environ["GLOO_SOCKET_IFNAME"] = interface
+    return interface
+
+
+def route_address(host: str, port: int) -> str:
+    """The local address packets to ``host:port`` leave from (no packet is sent).
+
+    >>> route_address("127.0.0.1", 29510)
+    '127.0.0.1'
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        return str(probe.getsockname()[0])
+
+
+def interface_of(address: str) -> str | None:
+    """The name of the interface holding the IPv4 ``address`` (SIOCGIFADDR on each), or None.
+
+    >>> interface_of("127.0.0.1")
+    'lo'
+    """
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address on it
+            if socket.inet_ntoa(reply[20:24]) == address:
+                return name
+    return None
 
 
 class CollectiveStrategy:
@@ -68,6 +126,9 @@ class CollectiveStrategy:
 
         config, model = self._config(), self._model()
         started = time.monotonic()
+        interface = gloo_interface(config.rendezvous)
+        if interface:
+            self._details["gloo_interface"] = interface
         try:
             dist.init_process_group(
                 "gloo",

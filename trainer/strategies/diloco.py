@@ -41,23 +41,12 @@ from experiment.results import RoundRecord
 from experiment.variables import DEFAULT_OUTER_LEARNING_RATE, DEFAULT_OUTER_MOMENTUM, DEFAULT_SYNC_EVERY
 from trainer.dilation import Dilation, dilated
 from trainer.strategies.base import StepOutcome, build_optimizer
-from trainer.strategies.collective import CollectiveStrategy
+from trainer.strategies.collective import CollectiveStrategy, route_address
 
 log = logging.getLogger(__name__)
 
 #: seconds between a replica's heartbeats to the Lighthouse (torchft's default), dilated like every timer
 HEARTBEAT_SECONDS = 0.1
-
-
-def route_address(host: str, port: int) -> str:
-    """The local address packets to ``host:port`` leave from (no packet is sent).
-
-    >>> route_address("127.0.0.1", 29510)
-    '127.0.0.1'
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, port))
-        return str(probe.getsockname()[0])
 
 
 class DiLoCoStrategy(CollectiveStrategy):

@@ -133,7 +133,7 @@ run "a_given_vlan_id_is_used" {
   }
 
   assert {
-    condition     = opennebula_virtual_network.cluster[0].vlan_id == "4242" && opennebula_virtual_network.cluster[0].automatic_vlan_id == null
-    error_message = "A given vlan_id must be set as it is, without the automatic VLAN."
+    condition     = opennebula_virtual_network.cluster[0].vlan_id == "4242"
+    error_message = "A given vlan_id must be set as it is."
   }
 }
