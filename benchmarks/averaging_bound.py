@@ -1,4 +1,4 @@
-"""Hivemind's all-reduce of a model-sized state against its bandwidth bound, on shaped links (issue #12).
+"""Hivemind's all-reduce of a model-sized state against its bandwidth bound, on shaped links.
 
 For each peer count and link rate: ``--peers`` Hivemind peers (bare processes, one network namespace each,
 links shaped with tbf in both directions: benchmarks/shaped_netns.py) average a float32 tensor the size of

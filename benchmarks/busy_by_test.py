@@ -1,4 +1,4 @@
-"""Where a test run's wall time goes and how busy the cores were meanwhile, test by test (issue #53).
+"""Where a test run's wall time goes and how busy the cores were meanwhile, test by test.
 
 ``python benchmarks/busy_by_test.py --out profile.jsonl -- make test`` runs the command and, every two
 seconds, records the cores busy since the last sample (from /proc/stat: 2.0 is both cores of this machine)

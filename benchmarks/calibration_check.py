@@ -1,4 +1,4 @@
-"""Does the local cluster run at the calibrated speeds? The compute model's self-check (issue #33).
+"""Does the local cluster run at the calibrated speeds? The compute model's self-check.
 
 Reads the results of ``grids/calibration-check.yml``: the study's communication-free configurations (the
 16-vCPU baseline and 2/4/8/16 peers that never average) on the local cluster, each container given the CPU

@@ -1,4 +1,4 @@
-"""Is the time-dilated local cluster consistent with itself? (issue #25, docs/time-dilation.md)
+"""Is the time-dilated local cluster consistent with itself? (docs/time-dilation.md)
 
 Reads the results of ``grids/dilation.yml`` (one modelled cluster run at two dilation factors, repeated) in
 modelled time, as ``trainer report`` does (``controller/report/data.py``), and prints per factor the mean and

@@ -1,4 +1,4 @@
-"""Do the report's intervals hold at the few runs a testbed has? A Monte Carlo check (issue #52).
+"""Do the report's intervals hold at the few runs a testbed has? A Monte Carlo check.
 
 Repeats are drawn from known distributions, normal and log-normal, with a coefficient of variation of
 5, 15 and 25 % and n = 2, 3, 5, 10 runs a side, the same CV on both sides. Per cell and method:

@@ -1,5 +1,5 @@
 """Preprocessing strategies against each other: decode every JPEG each step, or decode once into a cached
-array, with 0..k DataLoader workers (issue #14, docs/preprocessing.md; PRESTO, Isenko et al., SIGMOD 2022).
+array, with 0..k DataLoader workers (docs/preprocessing.md; PRESTO, Isenko et al., SIGMOD 2022).
 
 Writes an image-folder dataset from Fashion-MNIST at ``--size`` px JPEG (``trainer imagefolder``) unless
 ``--data`` already holds one, then runs ``trainer run`` (baseline) once per strategy and worker count on the

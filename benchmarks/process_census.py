@@ -1,4 +1,4 @@
-"""What a training process and its children run: threads, thread settings and CPU, from /proc (issue #56).
+"""What a training process and its children run: threads, thread settings and CPU, from /proc.
 
 A Hivemind peer is several processes: the trainer, the averagers it forks (gradients, state), the DHT's
 process and its Go daemon p2pd. Each has its own thread pools. ``census(session)`` lists every process of a

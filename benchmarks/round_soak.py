@@ -1,4 +1,4 @@
-"""Failed averaging rounds over many short multi-peer runs, by phase and cause (issue #17).
+"""Failed averaging rounds over many short multi-peer runs, by phase and cause.
 
 One repetition is the 3-peer start-barrier scenario: Hivemind peers as bare ``trainer run`` processes on
 loopback (smallcnn, synthetic data, batch 32, target batch size 256, 120 steps, matchmaking 2 s), started

@@ -1,4 +1,4 @@
-"""Where a run's time goes: set-up, the peers' start, training, fetch and summary (issue #53).
+"""Where a run's time goes: set-up, the peers' start, training, fetch and summary.
 
 Reads what `trainer grid` keeps of every playbook run (ansible-runner's job events under
 ``RESULTS/grid-<name>.runner/artifacts/<run>/job_events/``: every play's and task's start on the controller's

@@ -1,4 +1,4 @@
-"""Is the dilated, calibrated model of Hivemind peers faithful? A local ground truth (issue #56).
+"""Is the dilated, calibrated model of Hivemind peers faithful? A local ground truth.
 
 The same small configuration is measured two ways on this machine:
 

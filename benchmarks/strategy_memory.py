@@ -1,4 +1,4 @@
-"""Memory per peer of the data-parallel strategies as the ranks grow (issues #13, #27, #34): DDP keeps
+"""Memory per peer of the data-parallel strategies as the ranks grow: DDP keeps
 everything on every rank, ZeRO stage 1 (``zero``, ``deepspeed-z1``) shards the optimizer state, stage 2
 (``deepspeed-z2``) the gradients too, stage 3 (``fsdp``, ``deepspeed-z3``) the parameters too. Measured, not
 computed: each rank is a ``trainer run`` process (gloo on 127.0.0.1), and its ``summary.json`` → ``memory``

@@ -1,4 +1,4 @@
-"""The study's 16-vCPU configurations on one machine with at least 16 cores (issue #16, docs/study-scale.md).
+"""The study's 16-vCPU configurations on one machine with at least 16 cores (docs/study-scale.md).
 
 Every configuration runs ``trainer run`` itself (same loop, telemetry, start barrier and results files) as
 plain processes, each pinned to its own disjoint block of cores (``os.sched_setaffinity`` before exec):

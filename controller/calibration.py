@@ -1,4 +1,4 @@
-"""Compute calibrations: samples/s of one training process against its threads (issue #33).
+"""Compute calibrations: samples/s of one training process against its threads.
 
 Real cores do not add up: on a 16-core machine sixteen threads train ResNet18 at BS 32 about 5x as fast as
 one, not 16x. A calibration records what a machine's processes reach at each thread count, all cores busy and
@@ -14,7 +14,7 @@ A calibration file (JSON)::
                 "samples_per_second": 131.0, "source": "trainer"}, ...]}
 
 Optionally, what a Hivemind peer's compute keeps beside its own processes (DHT, p2pd, averagers on the same
-cores; issue #56), measured by ``benchmarks/study_scale.py --calibration-out`` as the solo loop's compute
+cores), measured by ``benchmarks/study_scale.py --calibration-out`` as the solo loop's compute
 seconds over a peer's at the same threads, peers on disjoint core blocks::
 
      "hivemind_compute": [{"model": "resnet18", "batch_size": 32, "threads": 8, "compute_ratio": 0.62,
@@ -237,7 +237,7 @@ class ModelCheck:
 
     @property
     def holds(self) -> bool:
-        """Within the model's goals: 25 % on throughput, 10 points on the averaging share (issue #56)."""
+        """Within the model's goals: 25 % on throughput, 10 points on the averaging share."""
         share = self.averaging_share_points
         return abs(self.throughput_error) <= 0.25 and (share is None or abs(share) <= 10)
 
@@ -259,7 +259,7 @@ HIVEMIND_MODEL_CHECKS = (
 def hivemind_model_caveat(vcpus: float, checks: tuple[ModelCheck, ...] = HIVEMIND_MODEL_CHECKS) -> str | None:
     """Why a dilated model of Hivemind peers with ``vcpus`` each is outside the range the model was checked
     in, or None where a check at that size holds. The model gives a peer the solo loop's compute at its
-    vCPUs; how much a multi-threaded peer loses to its own averagers is not in it (issue #56).
+    vCPUs; how much a multi-threaded peer loses to its own averagers is not in it.
 
     >>> hivemind_model_caveat(2) is None
     True

@@ -1,4 +1,4 @@
-"""A run that failed says so once, and its record says why (issue #53, item 6).
+"""A run that failed says so once, and its record says why (item 6).
 
 Ansible reports a failed task where it happens, and a play after it may fail again on what the first failure
 left undone (an undefined fact, a results directory never created). The playbook's callback

@@ -1,4 +1,4 @@
-"""Measurements a run takes before it trains and later runs reuse (issue #53): the CPU probe
+"""Measurements a run takes before it trains and later runs reuse: the CPU probe
 (playbooks/cpu.yml) and the bandwidth probe (playbooks/network.yml) of a configuration. This machine's
 one-thread rate is the third (controller/plan.py, measured again when the machine changed).
 

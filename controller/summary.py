@@ -11,7 +11,7 @@ from experiment.results import COMPONENTS, SUMMARY_FILE, read_summary
 
 #: the step-time components the printed summary shows (the optimizer's own time is the step less the others)
 PRINTED_COMPONENTS = tuple(name for name in COMPONENTS if name != "optimizer_seconds")
-# Peers declared equal must receive CPU within this fraction of each other (issue 12, docs/fair-cpu.md).
+# Peers declared equal must receive CPU within this fraction of each other (docs/fair-cpu.md).
 FAIR_CPU_SPREAD = 0.10
 # Peers declared equal ran at equal speed when their samples/s over the training loop are within this fraction
 # (issue 12's "equal peers at equal speed"; docs/fair-cpu.md).

@@ -1,4 +1,4 @@
-"""The test gate's rules for cluster tests (issue 24).
+"""The test gate's rules for cluster tests.
 
 A test marked ``cluster`` starts the local cluster or real peers (Hivemind, gloo) on this machine's 2 shared
 cores. Such a test asserts what the testbed guarantees (results complete and parseable, every failed round

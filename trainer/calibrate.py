@@ -1,4 +1,4 @@
-"""`trainer calibrate`: samples/s per training process at 1, 2, 4, ... threads, every core busy (issue #33).
+"""`trainer calibrate`: samples/s per training process at 1, 2, 4, ... threads, every core busy.
 
 For each batch size and thread count T, ``cores // T`` baseline processes (``trainer run``, the loop of every
 run) train at once, each pinned to its own block of T cores with T torch threads, so every core is busy, as

@@ -1,6 +1,6 @@
 """``trainer imagefolder --out DIR``: write an image-folder dataset (JPEG files, one folder per class) from
 Fashion-MNIST or the synthetic images, upscaled to a realistic resolution, so that decoding and resizing can
-be what bounds a run (issue #14, the preprocessing strategies of docs/preprocessing.md).
+be what bounds a run (the preprocessing strategies of docs/preprocessing.md).
 
     trainer imagefolder --out /srv/datasets/fashion-mnist-224 --size 224 --train 6000 --val 1000
 

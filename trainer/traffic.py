@@ -1,4 +1,4 @@
-"""The bytes this peer's Hivemind traffic sent and received (issue #55), counted apart from every other flow
+"""The bytes this peer's Hivemind traffic sent and received, counted apart from every other flow
 on the interface (Prometheus' scrapes, the bandwidth probe, cross traffic, SSH): role cluster_firewall keeps
 two iptables chains, ``TESTBED_TX`` (jumped to first from OUTPUT) and ``TESTBED_RX`` (from INPUT), each with
 one rule that counts the TCP packets from or to the host's Hivemind port (``-m multiport --ports``: libp2p

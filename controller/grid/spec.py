@@ -30,7 +30,7 @@ Repeats are independent samples, not copies: where a block sets no ``seed``, rep
 (model initialisation and data order; the first repeat keeps the trainer's default 0). The experiment id does
 not include this seed, so a grid's ids stay the same.
 
-The testbed's noise floor (issue #26): unless the grid says ``noise_floor: false``, its first run is a short
+The testbed's noise floor: unless the grid says ``noise_floor: false``, its first run is a short
 ``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
 alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS),
 DEFAULT_REPEATS times (``--repeat N``: N times). How far apart the runs' samples/s land is the smallest
@@ -66,7 +66,7 @@ TOP_KEYS = ("name", "description", "noise_floor", "order", "constants", "fixed",
 #: the values of a grid's ``order`` (module docstring): block by block, or repeat-major over every block
 ORDERS = ("blocks", "interleaved")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
-#: a block's repeats where it sets none: the fewest that give an interval with a spread (issue #26)
+#: a block's repeats where it sets none: the fewest that give an interval with a spread
 DEFAULT_REPEATS = 3
 #: the noise-floor run's block name and most steps per peer (fewer where the grid's run has fewer)
 NOISE_FLOOR_BLOCK = "noise-floor"
@@ -316,7 +316,7 @@ def _expand_block(
                 where.fail(key, f"{error} (run {label or 'of the block'})")
             ordered = {var: settings[var] for var in PLAYBOOK_VARS if var in settings}
             identity = experiment_id(ordered, repeat)
-            if "seed" not in ordered:  # each repeat its own seed (issue #26), outside the id
+            if "seed" not in ordered:  # each repeat its own seed, outside the id
                 ordered["seed"] = repeat - 1
             index = offset + len(runs) + 1
             runs.append(Run(index, name, repeat, ordered, identity))

@@ -65,7 +65,7 @@ def _effect_cell(e: Experiment, factor: str) -> tuple[tuple[str, Any], ...]:
 
 
 def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
-    """A factor's effect, measured only between runs that differ in it alone (issue #52): per factor, the
+    """A factor's effect, measured only between runs that differ in it alone: per factor, the
     runs are split into cells equal in every other setting; within each cell with two levels or more, one row
     per level, strategy and metric with every run's value, the t-interval of the mean and the level against
     the cell's first level (the reference) with a verdict. A level that shares no cell with another level is

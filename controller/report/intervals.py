@@ -1,4 +1,4 @@
-"""Repeats, intervals and verdicts (issues #26, #52): numbers a study can publish.
+"""Repeats, intervals and verdicts: numbers a study can publish.
 
 A testbed has few runs per setting (2-5), so the method is chosen for small samples (docs/statistics.md,
 with the Monte Carlo table that checks it, ``benchmarks/interval_coverage.py``):

@@ -137,7 +137,7 @@ def ceiling_speedup(
     calibration: Calibration | None, e: Experiment, baselines: list[Experiment]
 ) -> float | None:
     """The throughput speedup `e` would reach if averaging cost nothing: its peers' calibrated samples/s
-    (each at its own vCPUs, experiment.json's hosts) over the median baseline's (issue #33)."""
+    (each at its own vCPUs, experiment.json's hosts) over the median baseline's."""
     if calibration is None or not baselines:
         return None
     model, batch_size = e.settings.get("model"), e.settings.get("batch_size")

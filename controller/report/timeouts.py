@@ -1,4 +1,4 @@
-"""Timeouts chosen by measurement (issue 31, grids/timeouts.yml): which ``matchmaking_time`` and
+"""Timeouts chosen by measurement (grids/timeouts.yml): which ``matchmaking_time`` and
 ``averaging_timeout`` reach the target loss soonest.
 
 Experiments that share every other setting (strategy, peers, model, data, batch size, link, churn, ...) form

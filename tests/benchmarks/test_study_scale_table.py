@@ -1,4 +1,4 @@
-"""benchmarks/study_scale.py's table (issue #52): a configuration recorded by an earlier call with other
+"""benchmarks/study_scale.py's table: a configuration recorded by an earlier call with other
 settings is listed apart and enters no S, E or local; E is the report's scaling efficiency."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/thread_scaling.py at CI size: 1 and 2 threads of SmallCNN on 2 cores (issue #33)."""
+"""benchmarks/thread_scaling.py at CI size: 1 and 2 threads of SmallCNN on 2 cores."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""controller.calibration: compute calibrations (issue #33), the shipped one and bad files."""
+"""controller.calibration: compute calibrations, the shipped one and bad files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report's intervals hold at the runs a testbed has (issue #52): a seeded, smaller version of
+"""The report's intervals hold at the runs a testbed has: a seeded, smaller version of
 benchmarks/interval_coverage.py, with a tolerance for its fewer draws."""
 
 from __future__ import annotations

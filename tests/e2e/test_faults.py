@@ -48,7 +48,7 @@ SETTINGS = {
     "measure_bandwidth": False,
     "cpu_probe_seconds": 0,
     "experiment_id": "e2e-faults",
-    # the pause is due long after the training ends: reported as not applied (issue #53)
+    # the pause is due long after the training ends: reported as not applied
     "faults": "kill:peer-05@start,partition:peer-03@10s+8s,pause:peer-03@600s+5s",
     "churn": CHURN,
 }

@@ -1,4 +1,4 @@
-"""The real cluster's path end to end (issue 51): hosts that start bare, reached over SSH as a non-root user
+"""The real cluster's path end to end: hosts that start bare, reached over SSH as a non-root user
 with sudo, their inventory rendered by Terraform's inventory module, the experiment playbook unchanged, the
 trainer's dependencies from a wheelhouse built for the hosts' platform.
 

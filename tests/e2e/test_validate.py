@@ -86,7 +86,7 @@ PLAYBOOK_CASES = [
         ],
     ),
     (
-        # cross traffic (issue 55): a host not in the run, a window past the run's end, a rate above the
+        # cross traffic: a host not in the run, a window past the run's end, a rate above the
         # link, a window without its rate
         {
             "peers": 4,
@@ -162,7 +162,7 @@ def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_mac
     assert len({entry["cpus_limit"] for entry in plan.values()}) == 1
     assert {entry["threads"] for entry in plan.values()} == {1}
     assert {entry["cpuset"] for entry in plan.values()} == {None}
-    # the containers stand for 2-vCPU VMs: everything in time is dilated by D = vCPUs / cores (issue 25)
+    # the containers stand for 2-vCPU VMs: everything in time is dilated by D = vCPUs / cores
     dilation = 16 / (2.0 - reserve)
     assert result["time_dilation"] == pytest.approx(dilation)
     assert result["trainer_settings"]["time_dilation"] == pytest.approx(dilation)
@@ -206,7 +206,7 @@ def test_a_baseline_uses_one_host_and_a_real_cluster_keeps_its_vcpus():
 
 
 def test_prices_reach_each_hosts_plan_and_a_bad_one_is_refused_with_its_host():
-    """The inventory's prices (issue #55): per host, or with -e for every host; only set ones are recorded."""
+    """The inventory's prices: per host, or with -e for every host; only set ones are recorded."""
     validation = _load_validation()
     priced = {"price_per_vcpu_hour": "0.04", "price_per_gb_egress": 0}
     inventory = _local_inventory(2, peer_01=priced)

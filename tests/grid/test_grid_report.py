@@ -104,7 +104,7 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     assert repeated["repeats"] == "2"
     assert float(repeated["samples_per_second_median"]) == pytest.approx(statistics.median(rates))
     low, high = float(repeated["samples_per_second_ci_low"]), float(repeated["samples_per_second_ci_high"])
-    # Student's t with 1 degree of freedom: far wider than the two values (issue #52), and exactly that (a
+    # Student's t with 1 degree of freedom: far wider than the two values, and exactly that (a
     # rate's interval ends at 0)
     half = 12.7062047 * statistics.stdev(rates) / math.sqrt(2)
     expected = (max(0.0, statistics.mean(rates) - half), statistics.mean(rates) + half)

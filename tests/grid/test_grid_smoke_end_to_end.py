@@ -122,7 +122,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # one run of each setting, no two alike but in one factor: no effect plots, and the report says so
     assert not list(out.glob("effect_*.png")), sorted(out.glob("effect_*.png"))
     assert "No plot for target_batch_size, local_updates, peers," in (out / "report.md").read_text()
-    # the data-loading share of the step time, from a local copy and from CephFS (issue 8)
+    # the data-loading share of the step time, from a local copy and from CephFS
     with open(out / "breakdown.csv", newline="") as handle:
         shares = {row["experiment_id"]: float(row["data_share"]) for row in csv.DictReader(handle)}
     print("\n".join(f"data-loading share of step time, {name}: {v:.1%}" for name, v in shares.items()))
@@ -130,7 +130,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     with open(out / "time_to_target.csv", newline="") as handle:
         speed = [row for row in csv.DictReader(handle) if row["experiment_id"] == ids[1]]
     assert len(speed) == 1 and {row["baselines"] for row in speed} == {"1"}
-    # the noise floor (issue 52): one solo run (--repeat 1) gives none, only its peers' spread, which the
+    # the noise floor: one solo run (--repeat 1) gives none, only its peers' spread, which the
     # report shows as one run's scheduling and says what a floor needs
     with open(out / "noise_floor.csv", newline="") as handle:
         (floor,) = list(csv.DictReader(handle))
@@ -144,7 +144,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     assert floor["floor"] == "" and float(floor["peer_spread"]) == pytest.approx(max(solo) / min(solo) - 1)
     print(f"solo peers' spread: {float(floor['peer_spread']):.1%}")
     assert "Noise floor: not measured: it needs 2 or more `solo` runs" in (out / "report.md").read_text()
-    # time to accuracy (issue 26): the grid evaluates every eval_every steps; the target is the accuracy the
+    # time to accuracy: the grid evaluates every eval_every steps; the target is the accuracy the
     # baseline reached, so the baseline has a time to it
     assert 0 < float(speed[0]["target_accuracy"]) <= 1, speed
     with open(out / "experiments.csv", newline="") as handle:
@@ -156,7 +156,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     # every Hivemind run averaged at least once (how many rounds succeed depends on the machine's load)
     for experiment_id in ids[1:]:
         assert any(int(row["rounds_ok"]) > 0 for row in averaging if row["experiment_id"] == experiment_id)
-    # the report works in modelled time and says so (issue 25)
+    # the report works in modelled time and says so
     with open(out / "experiments.csv", newline="") as handle:
         dilations = {row["experiment_id"]: float(row["time_dilation"]) for row in csv.DictReader(handle)}
     assert dilations == pytest.approx(dict.fromkeys((noise_floor, *ids), experiments[0]["time_dilation"]))

@@ -26,7 +26,7 @@ def study_runs(grid: Grid) -> list[Run]:
 
 def test_thesis_counts_match_the_study():
     grid = load_grid(THESIS)
-    # and the noise floor first: 16 peers of 1 vCPU training alone (issue 26), 3 times (issue 52)
+    # and the noise floor first: 16 peers of 1 vCPU training alone, 3 times
     assert grid.totals() == {"baseline": 36, "hivemind": 144, "solo": 3}
     assert len({run.experiment_id for run in grid.runs}) == 183
 

@@ -1,4 +1,4 @@
-"""Time to accuracy (issue #26): the validation accuracy every baseline repeat reaches is the target, and each
+"""Time to accuracy: the validation accuracy every baseline repeat reaches is the target, and each
 run's time is the moment its last peer got there; from runs with known evals.csv rows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""trainer report's cost (issue #55): runs whose hosts carry the inventory's prices get a cost row (vCPU-hours
+"""trainer report's cost: runs whose hosts carry the inventory's prices get a cost row (vCPU-hours
 and egress for the training's modelled time, per 1000 samples, to the target); runs without prices get none,
 and a report on them has no cost section. Numbers checked by hand."""
 

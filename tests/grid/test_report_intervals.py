@@ -1,4 +1,4 @@
-"""controller.report.intervals (issues #26, #52): repeats, intervals and verdicts, on set numbers."""
+"""controller.report.intervals: repeats, intervals and verdicts, on set numbers."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def test_peers_table_names_who_waited_for_whom():
     assert rows["peer-02"]["mean_wait_for_others_s"] == pytest.approx(0.0)
     assert rows["peer-01"]["contribution"] == pytest.approx(0.5)  # equal steps here: equal samples
     assert (rows["peer-01"]["vcpus"], rows["peer-02"]["vcpus"]) == (2, 1)
-    # both link rates (issue #52): the modelled VM's and the one applied here
+    # both link rates: the modelled VM's and the one applied here
     assert (rows["peer-01"]["modelled_bandwidth_mbit"], rows["peer-01"]["applied_bandwidth_mbit"]) == (
         100.0,
         50.0,

@@ -1,5 +1,5 @@
 """trainer report puts the strategies side by side: throughput speedup and efficiency against the baseline,
-communication share and memory per peer (issue #13), from results with known numbers."""
+communication share and memory per peer, from results with known numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One port list for the local firewall and the VMs' security group (issue 32): what role cluster_firewall
+"""One port list for the local firewall and the VMs' security group: what role cluster_firewall
 opens to the cluster network on a peer of the local inventory is exactly what the Terraform security group
 opens inside cluster_cidr, as Ansible and the real `terraform test` (mock provider) each render it."""
 

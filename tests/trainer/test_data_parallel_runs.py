@@ -1,4 +1,4 @@
-"""Synchronous data parallelism (issue #13): ``trainer run --strategy ddp|zero`` as separate processes that
+"""Synchronous data parallelism: ``trainer run --strategy ddp|zero`` as separate processes that
 rendezvous over TCP on 127.0.0.1 (gloo), as the ranks of one run would on the cluster."""
 
 from __future__ import annotations

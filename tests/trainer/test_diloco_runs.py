@@ -1,4 +1,4 @@
-"""DiLoCo with torchft (issue #27): ``trainer run --strategy diloco`` as separate processes that start at a
+"""DiLoCo with torchft: ``trainer run --strategy diloco`` as separate processes that start at a
 rendezvous on 127.0.0.1 and sync through a real torchft Lighthouse, as the replicas of one run would on the
 cluster."""
 

@@ -1,4 +1,4 @@
-"""Preprocessing strategies (issue #14): an image-folder dataset written as JPEG by ``trainer imagefolder``,
+"""Preprocessing strategies: an image-folder dataset written as JPEG by ``trainer imagefolder``,
 decoded per access or cached once; both give the same tensors, and the benchmark compares them."""
 
 from __future__ import annotations
