@@ -3,12 +3,14 @@
 trainer grid grids/thesis.yml --dry-run            # every run, its settings and id, and the totals
 trainer grid grids/smoke.yml                       # run them (skipping complete ones), one after another
 trainer grid grids/thesis.yml --only "strategy == 'baseline' and batch_size == 32" --repeat 1
+trainer grid grids/study.yml --results-dir studies/thesis --sitting 2h  # no run ends after 2 h
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +54,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, metavar="N", help="repeat every setting N times (overrides the blocks' repeats)"
     )
     parser.add_argument(
+        "--sitting",
+        type=parse_duration,
+        metavar="DURATION",
+        help="how long this sitting may take, e.g. 2h or 1h30m: the grid starts no run that its estimate "
+        "says would end after it (the dry run's estimates), then stops; the same command resumes",
+    )
+    parser.add_argument(
         "--results-dir",
         type=Path,
         default=REPO_ROOT / "results",
@@ -63,6 +72,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=REPO_ROOT / "playbooks",
         help="directory with experiment.yml and teardown.yml (default: %(default)s)",
     )
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of '2h', '1h30m', '45m' or '90s' (argparse type; ArgumentTypeError otherwise).
+
+    >>> parse_duration("1h30m"), parse_duration("45m"), parse_duration("90s")
+    (5400.0, 2700.0, 90.0)
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 2h, 1h30m, 45m or 90s")
+    hours, minutes, seconds = (int(group or 0) for group in match.groups())
+    total = float(hours * 3600 + minutes * 60 + seconds)
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a sitting needs some time")
+    return total
 
 
 def select_runs(grid: Grid, only: str | None) -> list[Run]:
@@ -200,4 +228,6 @@ def main(args: argparse.Namespace) -> int:
         artifacts_dir=(args.results_dir / f"grid-{grid.name}.runner").resolve(),
         on_play=lambda play: print(f"      {play}", flush=True),
     )
-    return GridRunner(grid, runs, results_dir=args.results_dir.resolve(), playbooks=playbooks).run()
+    return GridRunner(
+        grid, runs, results_dir=args.results_dir.resolve(), playbooks=playbooks, sitting=args.sitting
+    ).run()

@@ -3,7 +3,8 @@
 Runs whose results are complete are skipped, so an interrupted or partly failed grid resumes where it stopped.
 A failed run is recorded and the grid goes on with the next one (after tearing the failed run's cluster down).
 Ctrl-C (SIGINT) or SIGTERM cancels the running playbook, tears the experiment down with `teardown.yml` and
-stops; a second Ctrl-C during the teardown gives up waiting for it.
+stops; a second Ctrl-C during the teardown gives up waiting for it. A sitting (``--sitting``) ends the grid
+before the first run that its estimate (controller/grid/estimate.py) says would end after the sitting's time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from controller.grid.estimate import estimate
 from controller.grid.spec import Grid, Run
 from controller.grid.status import GridStatus, experiment_complete
 from experiment.record import read_experiment
@@ -243,8 +245,12 @@ class GridRunner:
         playbooks: Playbooks,
         out: TextIO = sys.stdout,
         clock: Callable[[], float] = time.monotonic,
+        sitting: float | None = None,
     ) -> None:
+        """:param sitting: seconds this sitting may take: no run starts that its estimate says would end
+        after them (a run of a shape not yet priced starts while any time is left); None: no limit"""
         self.grid = grid
+        self.sitting = sitting
         self.runs = runs
         self.results_dir = results_dir
         self.playbooks = playbooks
@@ -273,6 +279,12 @@ class GridRunner:
             for number, run in enumerate(todo, 1):
                 if stop.is_set():
                     break
+                over = self._past_sitting(run, self.clock() - started)
+                if over:
+                    left = len(todo) - number + 1
+                    runs_left = f"{left} run{'s' if left > 1 else ''} left"
+                    self.say(f"grid: {over}; {runs_left} (run the same command to resume)")
+                    break
                 self.say(
                     f"[{number}/{len(todo)}] {run.experiment_id} ({run.block}, repeat {run.repeat}): starting"
                 )
@@ -296,6 +308,24 @@ class GridRunner:
                 )
             interrupted = stop.is_set()
         return self._summary(failed, interrupted)
+
+    def _past_sitting(self, run: Run, elapsed: float) -> str:
+        """Why ``run`` must wait for the next sitting, or '' when it may start."""
+        if self.sitting is None:
+            return ""
+        left = self.sitting - elapsed
+        if left <= 0:
+            return f"the sitting's {format_duration(self.sitting)} are over"
+        complete = {
+            r.experiment_id for r in self.runs if experiment_complete(self.results_dir, r.experiment_id)
+        }
+        expected = estimate(self.runs, self.status.runs, complete).seconds.get(run.experiment_id)
+        if expected is not None and expected > left:
+            return (
+                f"the sitting ends in {format_duration(left)}, before {run.experiment_id} would "
+                f"(estimated {format_duration(expected)})"
+            )
+        return ""
 
     def _run_one(self, run: Run, stop: _StopRequest) -> str:
         record = self.status.runs[run.experiment_id]
