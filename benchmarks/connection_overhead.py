@@ -8,8 +8,8 @@ collection's connection over testbed_podman (plugins/connection/testbed_podman.p
 entered with nsenter). Every task's result is checked, so a connection that does less work cannot look
 faster.
 
-With ``--settings`` it also runs testbed_podman under the Ansible settings ansible.cfg chose against (issue
-#53): pipelining off, the ``free`` strategy, and half as many forks as hosts; each against ansible.cfg's.
+With ``--settings`` it also runs testbed_podman under the Ansible settings ansible.cfg chose against:
+pipelining off, the ``free`` strategy, and half as many forks as hosts; each against ansible.cfg's.
 
     .venv/bin/python benchmarks/connection_overhead.py --hosts 4 --tasks 4 --repeats 2
     .venv/bin/python benchmarks/connection_overhead.py --hosts 8 --tasks 3 --repeats 3 --settings

@@ -9,7 +9,7 @@ Repeats are drawn from known distributions, normal and log-normal, with a coeffi
   difference of 25 % needs in runs).
 
 Methods: **new**, the report's ``ratio_interval`` (Welch's t-interval on logarithms), called as the report
-calls it; **old**, the percentile bootstrap of the ratio of means the report used until issue #52
+calls it; **old**, the percentile bootstrap of the ratio of means the report used before
 (``scipy.stats.bootstrap(method="percentile")``; here the same resampling written with numpy, vectorised
 over the draws so that thousands of draws run in seconds). A cell passes where coverage >= 93 % and false
 verdicts <= 6 %; ``MIN_RUNS`` in controller/report/intervals.py is the fewest runs from which the new method

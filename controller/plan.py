@@ -472,7 +472,7 @@ def _calibrated_compute(
             "(docs/compute-calibration.md)"
         )
         return None, None
-    # a Hivemind peer computes beside its own processes: the calibration's factor where it has one (#56)
+    # a Hivemind peer computes beside its own processes: the calibration's factor where it has one
     factors: dict[str, float] = {}
     if settings["strategy"] == "hivemind":
         found = {

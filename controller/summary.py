@@ -14,7 +14,7 @@ PRINTED_COMPONENTS = tuple(name for name in COMPONENTS if name != "optimizer_sec
 # Peers declared equal must receive CPU within this fraction of each other (docs/fair-cpu.md).
 FAIR_CPU_SPREAD = 0.10
 # Peers declared equal ran at equal speed when their samples/s over the training loop are within this fraction
-# (issue 12's "equal peers at equal speed"; docs/fair-cpu.md).
+# ("equal peers at equal speed", docs/fair-cpu.md).
 FAIR_SPEED_SPREAD = 0.10
 # A CPU probe that started later than this share of its window after the common start is named in a warning.
 LATE_PROBE_FRACTION = 0.1

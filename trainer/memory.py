@@ -1,5 +1,5 @@
 """Memory of the trainer process: resident set size per step and at its peak, and the bytes the model's
-parameters, their gradients and the optimizer's state take (issue #13: strategies compared by memory).
+parameters, their gradients and the optimizer's state take (strategies compared by memory).
 
 ``summary.json`` → ``memory``: ``peak_rss_bytes`` (the kernel's high-water mark of the process), ``rss_bytes``
 (at the end of the loop), ``parameter_bytes``, ``gradient_bytes``, ``optimizer_state_bytes`` (what this

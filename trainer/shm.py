@@ -1,4 +1,4 @@
-"""Shared-memory files an earlier trainer left behind (issue #53: a run leaves nothing that breaks the next).
+"""Shared-memory files an earlier trainer left behind (a run leaves nothing that breaks the next).
 
 Hivemind shares its averagers' tensors with torch's ``file_system`` strategy (hivemind/utils/mpfuture.py):
 each is a file ``/dev/shm/torch_<pid>_<random>_<n>`` that torch's manager removes once every process using

@@ -1,7 +1,7 @@
 """Prometheus metrics of one trainer process (names, types, labels and buckets are defined here only).
 
 Every series carries ``run_id``, ``peer`` and ``strategy``; the averaging-round series add ``kind`` and
-``outcome``, the failed rounds' counter ``kind`` and ``cause`` (round health, live: issue #28). Each process
+``outcome``, the failed rounds' counter ``kind`` and ``cause`` (round health, live). Each process
 has its own :class:`~prometheus_client.CollectorRegistry` (no default process/platform collectors: the host's
 node_exporter covers those), and every labelled series exists at 0 from start-up so rate() and absent()
 behave from the first scrape (the received share at NaN until a round has one: no round yet is not

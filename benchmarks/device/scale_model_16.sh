@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #56 on a lent 16-core machine, in one call (docs/study-scale.md, "What a 16-core run must measure"):
+# The scale model's check on a lent 16-core machine, in one call (docs/study-scale.md, "What a 16-core run must measure"):
 #   run(command="bash benchmarks/device/scale_model_16.sh", carry=["wheelhouse-device"], timeout_s=600)
 # It needs hivemind 1.1.12 and its dependencies as wheels for the machine's Python in wheelhouse-device/
 # (pip download --python-version 3.12 --only-binary=:all: -d wheelhouse-device hivemind==1.1.12; its own torch

@@ -134,7 +134,7 @@ class Experiment:
             return f"{self.strategy_label()} {self.peer_count}p bs{s.get('batch_size')}"
         lu = {True: " LU", False: " noLU"}.get(s.get("local_updates"), "")
         link = f" {float(s['bandwidth_mbit']):g}Mbit" if s.get("bandwidth_mbit") else ""
-        # the timeouts (issue 31: grids/timeouts.yml varies them), in the modelled machine's seconds
+        # the timeouts (grids/timeouts.yml varies them), in the modelled machine's seconds
         timeouts = (
             f" mm{float(s['matchmaking_time']):g}/at{float(s['averaging_timeout']):g}"
             if s.get("matchmaking_time") and s.get("averaging_timeout")

@@ -1,5 +1,5 @@
 """What bounds each run, with the evidence and the knob that would move it, and a granularity model that
-predicts the collaborative speedup (issue #14; definitions in controller/report/metrics.py).
+predicts the collaborative speedup (definitions in controller/report/metrics.py).
 
 Bounds: ``data`` (waiting for batches), ``compute`` (forward and backward), ``communication`` (the all-reduce
 itself), ``coordination`` (a step waiting for averaging beyond its all-reduce: matchmaking, peers that are
@@ -40,7 +40,7 @@ HIVEMIND_COMPUTE_KNOB = (
     "docs/study-scale.md)"
 )
 
-#: added to a communication-bound Hivemind run's knob while it sent uncompressed (compression, issue #55)
+#: added to a communication-bound Hivemind run's knob while it sent uncompressed (compression)
 HIVEMIND_COMMUNICATION_KNOB = "; compression (compression=fp16 sends half the bytes, uint8 about a quarter)"
 
 
@@ -180,7 +180,7 @@ def diagnosis_table(analysis: Analysis) -> Table:
     rows = []
     for e in analysis.experiments:
         row = diagnose(e, breakdown[e.experiment_id], peers.get(e.experiment_id, []))
-        # issue #26: whether it is faster than its baselines beyond the noise, in words
+        # Whether it is faster than its baselines beyond the noise, in words
         if e.is_baseline:
             row["against_baselines"] = None
         elif e.is_noise_floor:

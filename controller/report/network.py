@@ -330,7 +330,7 @@ def cross_traffic_table(analysis: Analysis) -> Table:
 def cross_traffic_effect_table(analysis: Analysis) -> Table:
     """Per setting and window, over its repeats: each run's median link rate of the window's two hosts' ok
     rounds inside the window against outside it (each run its own control), the geometric mean of those
-    ratios with its 95 % interval, and the verdict (issue #55: does the window lower the achieved rate?)."""
+    ratios with its 95 % interval, and the verdict (does the window lower the achieved rate?)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in analysis.tables["cross_traffic"].rows:
         groups[row["setting"], row["window"]].append(row)

@@ -10,8 +10,8 @@ that target with a 95 % t-interval over its repeats, and the failed rounds per r
 The recommendation is the candidate with the smallest mean time to target; a candidate is tied with it where
 the interval of their times' ratio holds 1 (controller/report/intervals.py: Welch on logarithms, from 2
 runs a side), and among the tied the fewest failed rounds win (then the fastest). A candidate with fewer
-runs is neither tied nor beaten: undecided, and the recommendation says against how many (issue #52; the
-rule before compared the overlap of percentile-bootstrap intervals, which at 2 runs were the min-max).
+runs is neither tied nor beaten: undecided, and the recommendation says against how many (an
+overlap of percentile-bootstrap intervals would compare min-max ranges at 2 runs).
 
 A group whose target is not below where its runs started (a run that ended no better than it began) did not
 learn: every run "reaches" that target at once, so the times measure noise. It gets no recommendation, and

@@ -1,4 +1,4 @@
-"""benchmarks/process_census.py's summary of samples written by hand (issue #56's process census)."""
+"""benchmarks/process_census.py's summary of samples written by hand."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def test_two_peers_on_one_core_each_against_their_references(tmp_path):
         cpu = json.loads((out / "p2-luoff" / peer / "summary.json").read_text())["cpu_received"]
         assert 0 < cpu["process_tree_seconds"] <= 1.1 * cpu["wall_seconds"], cpu  # one core at most
 
-    # every peer's processes were counted (#56): the trainer, the DHT, two averagers, p2pd, all with the
+    # every peer's processes were counted: the trainer, the DHT, two averagers, p2pd, all with the
     # trainer's thread settings, and all of them used CPU while it trained
     for peer, kinds in json.loads((out / "p2-luoff" / "processes.json").read_text()).items():
         assert {"trainer", "p2pd", "python child 1", "python child 3"} <= set(kinds), (peer, kinds)

@@ -242,7 +242,7 @@ def test_solo_peers_are_planned_like_any_peers_and_get_no_averaging_settings(tmp
 
 
 def test_hivemind_peers_beyond_the_models_checks_are_warned_and_smaller_ones_are_not(tmp_path):
-    """Issue #56: the model of a Hivemind peer held at 2 vCPUs and missed at 4 (its split) and 8 (+83 and
+    """The model of a Hivemind peer held at 2 vCPUs and missed at 4 (its split) and 8 (+83 and
     +105 %); a plan at those sizes says so, one at 2 vCPUs or of solo peers does not."""
     from controller.calibration import ModelCheck, hivemind_model_caveat
     from controller.plan import testbed_experiment
@@ -280,7 +280,7 @@ def test_the_report_marks_dilated_hivemind_runs_outside_the_models_range(tmp_pat
 
 
 def test_a_calibrations_hivemind_rows_slow_multi_vcpu_peers_by_their_ratio_to_one_thread(tmp_path):
-    """Issue #56: with `hivemind_compute` rows at 1 and 8 threads, an 8-vCPU Hivemind peer is modelled at
+    """With `hivemind_compute` rows at 1 and 8 threads, an 8-vCPU Hivemind peer is modelled at
     ratio(8) / ratio(1) of its solo rate (the one-thread container already pays its own processes), the
     factor is recorded and the plan no longer warns for that size; solo peers keep the solo rate."""
     from controller.plan import testbed_experiment

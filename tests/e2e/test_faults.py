@@ -1,4 +1,4 @@
-"""Issue 15: faults on purpose, from the playbook, on the local cluster; issue 31: peers that leave and come
+"""Faults on purpose, from the playbook, on the local cluster; peers that leave and come
 back. One Hivemind run shares every such check: a kill before the start barrier (min_peers), a partition, and
 churn during the run (two leaves and rejoins, drawn from a seed). (The ports closed from outside: the port
 scan in test_local_cluster.py.)"""
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.usefixtures("lo
 
 PEERS = ["peer-01", "peer-02", "peer-03", "peer-04", "peer-05"]
 STARTED = PEERS[:4]  # peer-05 is killed before the start barrier; the other four start when it times out
-# Long enough for five peers' trainers to start on 2 cores. Every peer's unit starts in one pass (#53), so
+# Long enough for five peers' trainers to start on 2 cores. Every peer's unit starts in one pass, so
 # the others reach the barrier within seconds of the bootstrap peer (0.8 s for four peers in
 # grids/communication.yml here); 30 s failed only when the peers were started one after another. Each second
 # of it is waited out.

@@ -74,7 +74,7 @@ def _check_complete(results: Path, runs: list[str], strategy: str) -> dict:
 
 def _check_averaging(results: Path, peers: list[str], chance) -> None:
     """Every peer averaged and every failed round has its cause (the testbed's part); whether a peer's last
-    round succeeded is Hivemind's chance on this host, recorded (issue 7's finish rule).
+    round succeeded is Hivemind's chance on this host, recorded (the finish rule, docs/architecture.md).
 
     A failed last round found nobody, timed out or lost a groupmate that had shut down. A ``partial`` last
     round (Hivemind's intermittent empty reply stream, seen mid-run too: docs/hivemind-behaviour.md) is
@@ -198,7 +198,7 @@ def test_a_peer_that_never_arrives_makes_the_run_incomplete(tmp_path):
 
 
 def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behind(tmp_path, chance):
-    """Issue 53 item 6: Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
+    """Ctrl-C during the bandwidth probe, the same command again at once, Ctrl-C during its
     training, and again (with FAST's 60 steps instead of 2000): each run ends what the interrupted one left
     (the probe's server, the trainers) and says so, and the last completes. Then the same complete run into a
     new results_root: fetched, not run again."""
@@ -283,7 +283,7 @@ def four_peers(tmp_path_factory, local_cluster) -> SharedRun:
     """The run; a failed playbook fails this fixture, so that a rerun starts a new run."""
     root = tmp_path_factory.mktemp("four-peers")
     prometheus_port = free_port()
-    # issue 15: a secret given by the environment appears in no Ansible output and in no file of the results
+    # A secret given by the environment appears in no Ansible output and in no file of the results
     secret = f"e2e-secret-{time.time_ns()}"
     inventory = _inventory_with(root, {**dict.fromkeys(PEERS[:3], FAST_PEER), PEERS[3]: SLOW_PEER})
     settings = {
@@ -295,7 +295,7 @@ def four_peers(tmp_path_factory, local_cluster) -> SharedRun:
         "experiment_id": "e2e-four",
         "testbed_monitor_publish": [f"127.0.0.1:{prometheus_port}:9090", f"127.0.0.1:{free_port()}:3000"],
         "dht_bootstrap": "monitor",
-        # issue 55: 60 Mbit/s of cross traffic on peer-02's 100 Mbit/s uplink, while the peers train
+        # 60 Mbit/s of cross traffic on peer-02's 100 Mbit/s uplink, while the peers train
         "cross_traffic": "peer-02>peer-03@2s+10s=60mbit",
     }
     arguments = [*inventory, *extra_vars(results_root=str(root / "results"), **settings)]
@@ -318,13 +318,13 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert (
         secret in _in("monitor", "cat", "/etc/grafana/grafana.ini", check=True).stdout
     )  # it did reach Grafana (and only it)
-    # Issue 53: the node image's Python keeps what Ansible's modules compile (images/node/): in a directory
+    # The node image's Python keeps what Ansible's modules compile (images/node/): in a directory
     # of root's alone, with entries written since the container started (this cluster's own modules)
     cache = "/var/cache/testbed/zipimport"
     since_start = f"find {cache} -type f -newer /run/.containerenv | wc -l"
     kept = _in("peer-01", "sh", "-c", f"stat -c '%a %U' {cache}; {since_start}", check=True).stdout.split()
     assert kept[:2] == ["700", "root"] and int(kept[2]) > 0, kept
-    # Issue 8: every peer read Fashion-MNIST through its ceph-fuse mount, and its data loading is timed
+    # Every peer read Fashion-MNIST through its ceph-fuse mount, and its data loading is timed
     storage = experiment["storage"]
     assert storage["backend"] == "cephfs"
     assert storage["source"].startswith("cephfs://client.testbed-ro@10.89.66.5/testfs/"), storage
@@ -336,7 +336,7 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert f"Prometheus: http://127.0.0.1:{port}" in run.output
     assert "peer-01" in run.output and "samples/s" in run.output  # the printed summary table
 
-    # Issue 4: Prometheus (still up after the run) scraped every peer's exporter while that peer ran, with
+    # Prometheus (still up after the run) scraped every peer's exporter while that peer ran, with
     # its steps, and its node exporter all along; dashboards and datasource are provisioned on the monitor.
     # Over each peer's run, not at one instant: a short run sees only a few 5 s scrapes.
     for peer in PEERS:
@@ -363,12 +363,12 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
             "monitor", "cat", "/etc/grafana/provisioning/datasources/testbed.yml", check=True
         ).stdout.lower()
     )
-    # Issue 7: the start barrier lines up every peer's first step.
+    # The start barrier lines up every peer's first step.
     first_steps = [float(_rows(results / peer / "steps.csv")[0]["timestamp"]) for peer in PEERS]
     assert max(first_steps) - min(first_steps) < 15, first_steps
-    # Issue 7: every peer averaged; whether a peer ended in a round the others left is recorded
+    # Every peer averaged; whether a peer ended in a round the others left is recorded
     _check_averaging(results, PEERS, chance)
-    # Issue 55: each ok round's Hivemind bytes, counted by the firewall's chains apart from other traffic (the
+    # Each ok round's Hivemind bytes, counted by the firewall's chains apart from other traffic (the
     # exporters, Ceph, Prometheus' scrapes), and its rate; Prometheus has the same bytes per peer
     for peer in PEERS:
         details = read_json(results / peer / "summary.json")["strategy_details"]
@@ -384,7 +384,7 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         exported = _prometheus(port, query, min(at, float(steps[-1]["timestamp"]) + 30))
         chance.expect(exported.get(peer, 0) > 0, f"Prometheus scraped {peer}'s averaging bytes", exported)
 
-    # Issue 55, cross traffic: peer-02's agent sent iperf3's flow to peer-03's (served by peer-03's agent)
+    # Peer-02's agent sent iperf3's flow to peer-03's (served by peer-03's agent)
     # for the window, through the firewall's cross-traffic port; what the flow achieved is recorded, and
     # whether peer-02's rounds inside the window got less of the link than those outside (a measurement)
     (window,) = [fault for fault in experiment["faults"] if fault["kind"] == "cross"]
@@ -419,12 +419,12 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         egress.get("peer-04", 0) < 20, "no other host's egress beside Hivemind's in the window", egress
     )
 
-    # Issue 12: every peer's results name its own settings (vCPUs, quota, threads, link)
+    # Every peer's results name its own settings (vCPUs, quota, threads, link)
     hosts = experiment["hosts"]
     fast, slow = hosts["peer-01"], hosts["peer-04"]
     assert [hosts[peer]["vcpus"] for peer in PEERS] == [4, 4, 4, 2]
     assert fast["cpus_limit"] == pytest.approx(2 * slow["cpus_limit"], rel=0.01)
-    # Issue 12, fair CPU: the peers, with Ceph, Prometheus and the controller running beside them, get their
+    # Fair CPU: the peers, with Ceph, Prometheus and the controller running beside them, get their
     # quota under equal full load (the CPU probe, all at once before the run). What the testbed guarantees is
     # asserted: the quotas are set in proportion to the vCPUs, no peer gets more than its quota, and the
     # playbook warns exactly when equal peers were served more than 10 % apart. How close to its quota and to
@@ -463,7 +463,7 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         # the DHT and p2pd work all the time; an averager may have had no round in a short run's window
         assert split["dht"] > 0 and split["p2pd"] > 0, (peer, split)
     assert "CPU by process (all peers, training): " in run.output
-    # Issue 12, shaping: every peer's uplink was shaped to its own rate during the run, and the shaping is
+    # Every peer's uplink was shaped to its own rate during the run, and the shaping is
     # gone afterwards. The measured link is the last peer's uplink (peer-04 -> peer-01,
     # playbooks/network.yml), within 15 % of its 50 Mbit/s; the same probe now runs far faster.
     for peer in PEERS:
@@ -478,7 +478,7 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
     assert shaped == pytest.approx(50e6 / 8, rel=0.15), shaped
     unshaped = _netprobe("peer-04", "peer-01", "10.89.66.101")
     assert unshaped > 3 * shaped, (unshaped, shaped)
-    # Issue 12, the bootstrap: a DHT-only node on the monitor host started the DHT (dht_bootstrap=monitor), so
+    # A DHT-only node on the monitor host started the DHT (dht_bootstrap=monitor), so
     # no peer bootstrapped (none published multiaddrs), every peer joined the node, and the node's record says
     # what it served and the CPU it used (the default, the first peer: test_faults.py)
     bootstrap = experiment["bootstrap"]
@@ -525,7 +525,7 @@ ADDED_UDP = (
 
 
 def test_no_host_is_reachable_from_outside_the_cluster_network(four_peers, tmp_path):
-    """Issue 32: an nmap scan from a neighbour outside the cluster network (a namespace routed through this
+    """An nmap scan from a neighbour outside the cluster network (a namespace routed through this
     host) of every TCP port and the 100 most common UDP ports of every host of the run (peers, monitor,
     storage) finds nothing open, while the trainer's ports listen on a peer and a service without a firewall
     rule listens on a peer and on the storage host; the cluster itself still reaches the testbed's ports."""

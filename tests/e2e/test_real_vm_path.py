@@ -365,7 +365,7 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
 
 
 def test_no_port_is_open_from_outside_and_the_controller_still_connects(vms, tmp_path):
-    """Issue 32's scan, on hosts whose SSH is open only to admin_cidrs (which do not hold the controller):
+    """The outside scan, on hosts whose SSH is open only to admin_cidrs (which do not hold the controller):
     from a neighbour outside, every TCP port and the 100 most common UDP ports are closed, SSH included;
     the controller, whose SSH address the firewall's safety net added, still logs in."""
     names = [f"{PREFIX}{host}" for host in HOSTS]

@@ -78,7 +78,7 @@ PLAYBOOK_CASES = [
         ],
     ),
     (
-        # issue 31: churn with no time between failures, and a downtime longer than the run
+        # Churn with no time between failures, and a downtime longer than the run
         {"peers": 4, "churn": "mtbf=0 downtime=2h"},
         [
             "churn: mtbf must be above 0 s (got 0)",
@@ -349,7 +349,7 @@ def test_latency_is_accepted_where_the_kernel_can_delay():
 
 
 def test_unknown_names_are_refused_with_the_closest_known_ones(tmp_path):
-    """Issue 28: the newcomer's three typos, refused at once with a suggestion, before anything starts."""
+    """The newcomer's three typos, refused at once with a suggestion, before anything starts."""
     started = time.monotonic()
     run = run_playbook(
         "experiment.yml",
@@ -381,7 +381,7 @@ def test_role_and_inventory_variables_given_with_e_stay_legal(tmp_path):
 
 
 def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_every_check(tmp_path):
-    """Issue 33: a dilated run the calibration covers learns this machine's one-thread rate (`trainer
+    """A dilated run the calibration covers learns this machine's one-thread rate (`trainer
     calibrate --share`, kept per model, batch size and containers), only after every check passed; the plan
     then gives each container one thread at its calibrated rate / D (a SmallCNN calibration for the test)."""
     calibration = tmp_path / "calibration.json"

@@ -94,7 +94,7 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     assert times["experiments"] == "2"  # both repeats listed, not hidden in a mean
     assert len(times["values"].split()) == 2
 
-    # issue 26: the two repeats of LR 0.01 get an interval of their samples/s; the single run at 0.002 none
+    # The two repeats of LR 0.01 get an interval of their samples/s; the single run at 0.002 none
     repeats = {row["setting"]: row for row in read_csv(out / "repeats.csv")}
     repeated = repeats["baseline bs16 lr0.01"]
     rates = [
@@ -170,7 +170,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
     write_experiment_json(hivemind, strategy="hivemind", peers=2, settings=settings, complete=True)
     target = 2.25
     out = tmp_path / "report"
-    # issue 33: a compute calibration in which a one-vCPU process trains at 100 samples/s
+    # A compute calibration in which a one-vCPU process trains at 100 samples/s
     calibration = tmp_path / "calibration.json"
     rates = [
         {"model": "smallcnn", "batch_size": SETTINGS["batch_size"], "threads": 1, "samples_per_second": 100}
@@ -185,7 +185,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
     assert float(rows_by_id(out / "time_to_target.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
     assert float(rows_by_id(out / "strategies.csv")["hm-2p-r1"]["ceiling_speedup"]) == 2.0
     assert f"from the compute calibration {calibration}" in (out / "report.md").read_text()
-    # issue 26: one Hivemind run against two baselines: a ratio, but no interval or verdict without repeats
+    # One Hivemind run against two baselines: a ratio, but no interval or verdict without repeats
     (row,) = read_csv(out / "comparisons.csv")
     assert (row["repeats"], row["baseline_repeats"]) == ("1", "2")
     assert row["throughput_ci_low"] == "" and row["throughput_verdict"] == "needs 2 runs a side"
@@ -227,7 +227,7 @@ def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path)
         assert float(speed["scaling_efficiency"]) == pytest.approx(base / mine * 1 / 2)
     share = rows_by_id(out / "breakdown.csv")["hm-2p-r1"]
     assert 0 < float(share["averaging_share"]) < 1
-    # issue 28: the averaging part split by where the steps waited, adding up to it
+    # The averaging part split by where the steps waited, adding up to it
     split = {part: float(share[f"{part}_ms"]) for part in AVERAGING_PARTS}
     assert sum(split.values()) == pytest.approx(float(share["averaging_ms"]), rel=1e-6, abs=1e-9)
     # each part no more than what the rounds the steps waited through measured of it (both peers' rounds.csv)

@@ -1,10 +1,10 @@
 """The smoke grid end to end on the local cluster (real playbook, containers, Ceph, Hivemind peers), with
-`--repeat 1 --only`: the grid's noise floor (two peers training alone, issue 26), the baseline and the
+`--repeat 1 --only`: the grid's noise floor (two peers training alone), the baseline and the
 Hivemind run with local updates (the four-peer run of tests/e2e averages gradients), then `trainer report`
 writes every plot and table. One repeat is enough for the
 pipeline; repeats, Ctrl-C's teardown and resuming are checked with stand-in playbooks (test_grid_runner.py).
 As a user adapts a grid, the test's copy of grids/smoke.yml reads the baseline's dataset from a copy on the
-host's disk (dataset_storage=local, issue 8) while the peers read CephFS, as tests/e2e's runs do, and forms
+host's disk (dataset_storage=local) while the peers read CephFS, as tests/e2e's runs do, and forms
 its groups in 1 s instead of 2 (as tests/trainer's two-peer runs do): with local updates, every step after
 the first epoch is an epoch with its own round (docs/hivemind-behaviour.md), so matchmaking was most of that
 run's time.
@@ -76,7 +76,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
     results = tmp_path / "results"
     smoke = adapted_smoke(tmp_path)
     only = "strategy == 'baseline' or local_updates"
-    # the grid's noise floor first (issue 26: two peers training alone), whatever --only selects
+    # the grid's noise floor first (two peers training alone), whatever --only selects
     noise_floor, *ids = [run.experiment_id for run in select_runs(load_grid(smoke, repeats=1), only)]
     assert noise_floor.startswith("noise-floor-solo-p2-") and len(ids) == 2, ids
     ids.reverse()  # the baseline, then the Hivemind run (the grid runs them the other way round)
@@ -164,7 +164,7 @@ def test_smoke_grid_runs_and_is_reported(tmp_path, local_cluster):
 
 
 def _check_dilated(results: Path, ids: list[str], experiments: list[dict]) -> None:
-    """Issue 25: the grid's runs are dilated as a user's are by default (time_dilation=auto): 2 vCPUs of
+    """The grid's runs are dilated as a user's are by default (time_dilation=auto): 2 vCPUs of
     modelled peers on the 1.75 cores this machine leaves them, D = 2 / 1.75 for both runs. The trainers got
     D, the peers' links were shaped to the modelled 1 Gbit/s / D, and every summary gives modelled times."""
     dilation = 2 / 1.75

@@ -153,7 +153,7 @@ def test_thesis_dry_run_lists_the_study():
 
 def test_smoke_grid_is_3_baselines_and_2_hivemind_settings_3_times():
     grid = load_grid(SMOKE)
-    # issue #26: 3 repeats where a block sets none, and the noise floor first
+    # 3 repeats where a block sets none, and the noise floor first
     assert grid.totals() == {"baseline": 3, "hivemind": 6, "solo": 3}
     baselines = [run for run in grid.runs if run.strategy == "baseline"]
     settings = [{k: v for k, v in run.settings.items() if k != "seed"} for run in baselines]
@@ -207,7 +207,7 @@ def test_repeat_and_only_select_runs():
 
 
 def test_each_repeat_gets_its_own_seed_unless_the_block_sets_one(tmp_path):
-    """Issue 26: repeats are independent samples; the seed stays out of the id, so ids do not change."""
+    """Repeats are independent samples; the seed stays out of the id, so ids do not change."""
     path = tmp_path / "g.yml"
     path.write_text(
         yaml.safe_dump(

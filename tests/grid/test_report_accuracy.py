@@ -63,7 +63,7 @@ def test_the_target_is_what_every_baseline_repeat_reaches_and_the_last_peer_deci
     assert targets["never"]["accuracy_speedup"] is None
     comparisons = analysis.tables["comparisons"].rows
     (compared, never) = sorted(comparisons, key=lambda row: row["repeats"], reverse=True)
-    # geometric means: sqrt(8 * 6) / sqrt(4 * 3) = 2; 2 vs 2 runs this far apart do not decide it (#52)
+    # geometric means: sqrt(8 * 6) / sqrt(4 * 3) = 2; 2 vs 2 runs this far apart do not decide it
     assert compared["time_to_accuracy_speedup"] == pytest.approx(2.0)
     assert compared["time_to_accuracy_ci_low"] < 1 < compared["time_to_accuracy_ci_high"]
     assert compared["time_to_accuracy_verdict"] == "within the noise"
@@ -126,7 +126,7 @@ def test_effects_and_the_diagnosis_say_which_differences_are_beyond_the_noise():
 
 
 def test_the_noise_floor_comes_from_repeated_solo_runs_and_marks_the_results_within_it():
-    """Issue 52: three solo runs whose samples/s differ by a few % are the floor (how far apart two identical
+    """Three solo runs whose samples/s differ by a few % are the floor (how far apart two identical
     runs land); a 2-peer run 1.05x its baselines is within it, whatever its interval says; one solo run gives
     no floor, and the report says what it needs."""
 

@@ -1,5 +1,5 @@
-"""trainer report names each run's bound with its evidence and knob, and predicts the Hivemind speedup
-(issue #14): results built to be data-, compute-, communication- and coordination-bound, a straggler and a
+"""trainer report names each run's bound with its evidence and knob, and predicts the Hivemind speedup:
+results built to be data-, compute-, communication- and coordination-bound, a straggler and a
 starved host are each diagnosed; the prediction matches a hand computation."""
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def test_prediction_against_a_hand_computation():
 
 
 def test_the_preprocessing_table_compares_data_pipelines_per_model():
-    """Issue 14: each baseline on an image folder with its preprocessing and workers, its data-loading share,
+    """Each baseline on an image folder with its preprocessing and workers, its data-loading share,
     and the factor between the slowest and the fastest pipeline of one model; other runs stay out."""
     from controller.report.network import preprocessing_factors
 

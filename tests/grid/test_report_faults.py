@@ -54,7 +54,7 @@ def test_a_killed_peer_costs_the_samples_since_its_last_round_and_the_survivors_
     row = fault_row(_experiment([survivor, killed], [kill]), kill)
     assert row["recovered_after_seconds"] == 5.0 and row["rejoined"] is True, row
     assert row["rounds_failed"] == 1 and row["failed_by_cause"] == "peer_left:1", row
-    # its steps at 5-8 s, in epoch 1, never averaged: they died with it (issue 31; before: only the 8 s one)
+    # its steps at 5-8 s, in epoch 1, never averaged: they died with it
     assert row["samples_lost"] == 64, row
 
 

@@ -183,7 +183,7 @@ def _round(number: int, rate: float | None, seconds: float = 2.0, outcome: str =
 
 
 def test_link_rates_per_peer_and_per_round_mark_rounds_under_half_the_shaped_rate(tmp_path):
-    """Issue #55: each counted round's modelled rate against the peer's shaped (modelled) rate."""
+    """Each counted round's modelled rate against the peer's shaped (modelled) rate."""
     hosts = {
         peer: {"bandwidth_mbit": 25.0, "modelled_bandwidth_mbit": 100.0} for peer in ("peer-01", "peer-02")
     }
@@ -248,7 +248,7 @@ def test_a_dilated_runs_round_rates_are_modelled():
 
 
 def test_a_cross_traffic_window_compares_its_hosts_rounds_inside_and_outside(tmp_path):
-    """Issue #55: the rounds of a cross-traffic window's two hosts that ended inside it against the others,
+    """The rounds of a cross-traffic window's two hosts that ended inside it against the others,
     and the flow's achieved rate; a host outside the window is not counted."""
     steps = _steps(0.1, 0.1)
 
@@ -302,7 +302,7 @@ def test_without_cross_traffic_the_report_has_no_such_section(analysis, tmp_path
 
 
 def test_compression_and_cross_traffic_are_effects_against_none(tmp_path):
-    """Issue #55 item 6 (grids/communication.yml): per compression and with cross traffic, the bytes the
+    """grids/communication.yml: per compression and with cross traffic, the bytes the
     peers sent per sample and Hivemind's link rate per round, each against the level `none` with an interval
     and a verdict; no baselines, so the target loss is the worst final loss of the runs and every run has a
     time to it."""

@@ -111,7 +111,7 @@ def test_bytes_per_sample_and_memory_per_rank_with_each_zero_stage():
 
 
 def test_the_strategies_grid_keeps_every_zero_stage_and_diloco_h_apart_in_every_table():
-    """Issue 52: the runs `trainer grid grids/strategies.yml --repeat 2` makes, as the report reads them
+    """The runs `trainer grid grids/strategies.yml --repeat 2` makes, as the report reads them
     (their settings from the grid, rates made up): ZeRO-1/2/3 and DiLoCo H 5/25 are separate settings in the
     repeats, comparisons and strategies tables and the diagnosis, never repeats of one."""
     from controller.grid.spec import load_grid

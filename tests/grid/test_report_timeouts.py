@@ -1,4 +1,4 @@
-"""Issue 31: the report's timeouts table and recommendation (controller/report/timeouts.py) on hand-made
+"""The report's timeouts table and recommendation (controller/report/timeouts.py) on hand-made
 experiments with known answers, and a restart's rejoin costs in the faults table."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ pytestmark = [
 
 TRAINER = Path(sys.executable).with_name("trainer")
 RUN_ID = "monitoring-e2e"
-# issue 28: peer-02 is paused this long mid-run: peer-01's rounds meanwhile find no group (each gives up after
+# Peer-02 is paused this long mid-run: peer-01's rounds meanwhile find no group (each gives up after
 # at most the averaging timeout, 15 s), so the failed-rounds panel has a failure to show
 PAUSE_SECONDS = 20
 RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval would be for a 1 s scrape interval and a short range
@@ -248,7 +248,7 @@ def test_rules_evaluate_cleanly(scraped_run):
 
 
 def test_a_failed_round_shows_on_the_round_health_panel_with_its_cause(scraped_run):
-    """Issue 28: while peer-02 was paused, peer-01's rounds failed; the dashboard shows them while the run
+    """While peer-02 was paused, peer-01's rounds failed; the dashboard shows them while the run
     goes on, with the causes rounds.csv gives them."""
     api, begin, end, work = scraped_run
     experiment = load_dashboards()["experiment.json"]

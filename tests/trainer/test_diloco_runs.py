@@ -91,7 +91,7 @@ def test_the_target_loss_of_one_replica_stops_both_at_the_next_sync(tmp_path, li
 
 @pytest.mark.timeout(240)
 def test_a_killed_replica_is_dropped_then_restarted_and_healed(tmp_path, lighthouse):
-    """Issue 27: a SIGKILLed replica is dropped from the quorum and the others go on. Issue 31: started again
+    """A SIGKILLed replica is dropped from the quorum and the others go on. Started again
     (as the fault agent does: rejoin.json, then the same command), it skips the rendezvous, is healed from a
     peer at its first sync, and finishes with its results appended to the killed incarnation's.
 

@@ -96,7 +96,7 @@ def test_collector_merges_child_timings_with_the_training_process_waits():
     assert gradients.blocking_seconds == 0.75
     assert gradients.allreduce_seconds == 0.5
     assert gradients.matchmaking_seconds == pytest.approx(2.5, abs=1e-6)
-    assert gradients.received_share == 0.75  # issue 28: the share of the result the all-reduce delivered
+    assert gradients.received_share == 0.75  # the share of the result the all-reduce delivered
 
 
 def test_collector_holds_a_background_round_until_the_training_process_is_done_with_it():
@@ -207,7 +207,7 @@ class _Counter:
 
 
 def test_the_averager_mixin_counts_each_all_reduces_bytes_and_rate():
-    """Issue #55: the host's Hivemind bytes read as the all-reduce starts and as it ends; the round carries
+    """The host's Hivemind bytes read as the all-reduce starts and as it ends; the round carries
     their difference and the rate it was sent at (a round without a counter carries none)."""
 
     def one_round(counter: _Counter | None) -> list:
@@ -398,7 +398,7 @@ def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
 
 
 def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_the_others_are_done():
-    """Issue 17's slipped epoch: the others stopped at epoch 3 while this peer counts 2 and its tracker still
+    """The others stopped at epoch 3 while this peer counts 2 and its tracker still
     shows 2; their done announcements decide. Bounded: it goes on to the round when they are not done."""
     from hivemind.averaging.control import AveragingStage
 
@@ -482,7 +482,7 @@ def test_a_lagging_peers_round_is_released_once_every_other_peer_is_done(monkeyp
 
 
 def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
-    """Issue 31: a restarted trainer announces itself again under a new DHT identity; the barrier and the
+    """A restarted trainer announces itself again under a new DHT identity; the barrier and the
     finish count peers by name: its two incarnations are one peer (and the missing one is still missing)."""
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
@@ -516,7 +516,7 @@ def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
 def test_each_compression_sends_fewer_bytes_of_a_gradient_and_comes_back(name, at_most, error):
     """What compression=<name> hands hivemind.Optimizer, measured on the bytes Hivemind serialises for one
     ResNet18-sized block of gradients (the averagers send these parts), and read back as the receiving
-    averager reads it (issue #55: Hivemind 1.1.12's 8-bit quantizations failed to read their own parts
+    averager reads it (Hivemind 1.1.12's 8-bit quantizations failed to read their own parts
     under NumPy 2.4, so every round of a uint8 run failed; requirements/node.txt pins NumPy below it)."""
     import torch
     from hivemind.compression import deserialize_torch_tensor, serialize_torch_tensor

@@ -1,4 +1,4 @@
-"""Real Hivemind peers: separate ``trainer run`` processes on 127.0.0.1 (issues #2 and #7).
+"""Real Hivemind peers: separate ``trainer run`` processes on 127.0.0.1.
 
 Each test starts peers as the user would (the bootstrap peer first, the others with the multiaddr it writes),
 waits for them, then checks their results files and that none of their processes (DHT, averagers, p2pd)
@@ -403,7 +403,7 @@ def test_a_peer_stopped_by_sigterm_leaves_cleanly_and_the_other_goes_on(peers):
 
 @pytest.mark.timeout(300)
 def test_a_paused_peer_finds_itself_behind_and_says_so(peers):
-    """Issue 17: a peer that was paused while the other trained on comes back epochs behind; Hivemind throws
+    """A peer that was paused while the other trained on comes back epochs behind; Hivemind throws
     its samples away and loads the state, and its rounds.csv names that lost epoch (cause ``behind``)."""
     # max steps far beyond the pause: peer-01 must not finish (and stop the run) while peer-02 is paused.
     # A 5 s averaging timeout: alone, each of peer-01's rounds waits that long for the paused peer (20 s made

@@ -1,4 +1,4 @@
-"""The per-round traffic counts' reader (trainer/traffic.py, issue #55): the two chains role cluster_firewall
+"""The per-round traffic counts' reader (trainer/traffic.py): the two chains role cluster_firewall
 fills, read with iptables; None, said once, where they are not there. The chains' names are the role's."""
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def test_stats_summary() -> None:
 
 
 def test_a_rejoining_incarnation_appends_on_the_runs_clock(tmp_path) -> None:
-    """Issue 31: a restarted trainer keeps the killed incarnation's rows and the run's first barrier release;
+    """A restarted trainer keeps the killed incarnation's rows and the run's first barrier release;
     its rounds go on numbering where the killed one stopped."""
     from experiment.results import REJOIN_FILE, last_step, take_rejoin
 

@@ -79,7 +79,7 @@ def test_barrier_wait_is_recorded_and_not_training_time(monkeypatch, tmp_path) -
 
 
 def test_a_start_removes_what_ended_trainers_left_in_shared_memory(monkeypatch, tmp_path) -> None:
-    """Issue #53: Hivemind's shared tensors are files in /dev/shm that killed processes leave; a trainer
+    """Hivemind's shared tensors are files in /dev/shm that killed processes leave; a trainer
     removes, as it starts, those of processes that no longer run, and says so in its summary."""
     from trainer import shm
 

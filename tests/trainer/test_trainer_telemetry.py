@@ -139,7 +139,7 @@ def test_observations_reach_the_right_series() -> None:
 
 
 def test_round_health_failures_by_cause_matchmaking_and_the_received_share() -> None:
-    """Issue 28: what a dashboard needs to show failed rounds while the run goes on."""
+    """What a dashboard needs to show failed rounds while the run goes on."""
     telemetry = Telemetry(run_id="r1", peer="peer-01", strategy="hivemind")
     value = telemetry.registry.get_sample_value
     base = telemetry.base_labels

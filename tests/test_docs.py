@@ -1,0 +1,124 @@
+"""The documentation as a reader uses it: its links resolve, the commands and files it names exist with the
+flags it shows, and it speaks of the project as it is (no development history: git log keeps that)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+#: the repository's own top-level folders: a path in the docs that starts with one of them must exist
+TOP_LEVEL = {path.name for path in REPO.iterdir() if path.is_dir() and not path.name.startswith(".")} - {
+    "results",
+    "oom",
+}
+HISTORY = re.compile(r"\bsessions? \d+|\bthis session\b|\bissues? #?\d+|\(#\d+\)|\bissues \d+ and \d+", re.I)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.*-]+)")
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+def commands(text: str) -> list[str]:
+    """Command lines a page shows: each line of its code blocks and each code span, comments cut off."""
+    lines = [line for block in FENCE.findall(text) for line in block.splitlines()]
+    lines += CODE_SPAN.findall(FENCE.sub("", text))
+    return [line.split("  #")[0].strip() for line in lines if line.strip()]
+
+
+def words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def make_targets() -> set[str]:
+    makefile = (REPO / "Makefile").read_text()
+    return set(re.findall(r"^([\w-]+):", makefile, re.M))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_no_development_history(page):
+    found = [line for line in page.read_text().splitlines() if HISTORY.search(line)]
+    assert not found, f"{page_id(page)} tells development history (git log keeps it): {found[:3]}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_links_resolve(page):
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not (page.parent / target.split("#")[0]).exists():
+            broken.append(target)
+    assert not broken, f"{page_id(page)}: links to nothing: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_named_files_exist(page):
+    """Every path into the repository's own folders (placeholders and globs aside) names something there."""
+    missing = []
+    for path in PATH.findall(page.read_text()):
+        path = path.rstrip(".,:;")
+        top = path.split("/")[0]
+        if top not in TOP_LEVEL or "<" in path or "{" in path:
+            continue
+        if "*" in path:
+            if not list(REPO.glob(path)):
+                missing.append(path)
+        elif not (REPO / path).exists():
+            missing.append(path)
+    assert not missing, f"{page_id(page)} names files that do not exist: {sorted(set(missing))}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_named_commands_exist_with_their_flags(page):
+    """`trainer SUB --flag`, `make TARGET` and `python -m MODULE` as the page shows them."""
+    targets = make_targets()
+    wrong = []
+    for command in commands(page.read_text()):
+        argv = words(command)
+        if argv and argv[0] in {".venv/bin/trainer", "trainer"} and len(argv) > 1:
+            sub = argv[1]
+            if sub.startswith("-") or "<" in sub or sub in {"...", "COMMAND"}:
+                continue
+            parser = build_parser([sub])
+            choices = parser._subparsers._group_actions[0].choices  # noqa: SLF001 (argparse has no public way)
+            if sub not in choices:
+                wrong.append(f"{command}: no command {sub!r}")
+                continue
+            known = {option for action in choices[sub]._actions for option in action.option_strings}  # noqa: SLF001
+            for flag in argv[2:]:
+                name = flag.split("=")[0]
+                if name.startswith("--") and name not in known:
+                    wrong.append(f"{command}: {sub} has no flag {name}")
+        elif argv[:1] == ["make"]:
+            for target in argv[1:]:
+                if re.fullmatch(r"[\w-]+", target) and target not in targets:
+                    wrong.append(f"{command}: no make target {target!r}")
+        elif "-m" in argv[:3] and argv[0].endswith("python"):
+            module = argv[argv.index("-m") + 1]
+            if module.split(".")[0] in TOP_LEVEL and not (
+                (REPO / module.replace(".", "/")).with_suffix(".py").exists()
+                or (REPO / module.replace(".", "/") / "__main__.py").exists()
+            ):
+                wrong.append(f"{command}: no module {module}")
+    assert not wrong, f"{page_id(page)}: " + "; ".join(wrong)
+
+
+def test_the_docs_index_names_every_page():
+    index = (REPO / "docs" / "README.md").read_text()
+    linked = {target.split("#")[0] for target in LINK.findall(index)}
+    pages = {page.name for page in (REPO / "docs").glob("*.md")} - {"README.md"}
+    assert pages <= linked, f"docs/README.md does not name {sorted(pages - linked)}"
