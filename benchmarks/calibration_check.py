@@ -7,7 +7,8 @@ the modelled samples/s per process (measured x D, over its steps without averagi
 run's processes) beside the calibration's
 rate for its vCPUs, with the error of each; then the ceiling speedup (16 x 1 vCPU over 1 x 16) modelled and
 calibrated. A faithful model is within 15 % of each. Last, the modelled p2-, p4- and p8-luoff (grid blocks
-``averaging*``) beside the 16-core device's figures of docs/study-scale.md (2026-11-23, before the fix).
+``averaging*``) beside the 16-core machine's rows recorded in controller/calibrations/model-checks.json;
+``--record`` appends each size's check there, which every plan's and report's scale-model caveat reads.
 
     trainer grid grids/calibration-check.yml --results-dir results/calibration-check
     python benchmarks/calibration_check.py results/calibration-check
@@ -23,7 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from controller.calibration import DEFAULT, CalibrationError, load  # noqa: E402
+from controller.calibration import (  # noqa: E402
+    DEFAULT,
+    MODEL_CHECKS,
+    CalibrationError,
+    append_model_check,
+    load,
+    measured_here,
+)
 from controller.report.data import load_experiments  # noqa: E402
 
 TOLERANCE = 0.15
@@ -75,18 +83,21 @@ def measured(results: Path) -> dict[tuple[int, int, int], dict[str, float]]:
 
 #: docs/study-scale.md, the 16-core device on 2026-11-23, before the OpenMP fix (p2 and p4 over 200 steps, p8
 #: over 60): per peer samples/s, averaging share of the step, all-reduce s
-DEVICE = {
-    2: ("p2-luoff", 124.4, 0.054 / 0.242, 0.56),
-    4: ("p4-luoff", 104.9, 0.120 / 0.288, 0.65),
-    8: ("p8-luoff", 48.5, 0.376 / 0.590, 0.95),
-}
+def device_rows(records: Path = MODEL_CHECKS) -> dict[int, dict]:
+    """The 16-core machine's Hivemind rows by peer count (the records' ``device_rows``)."""
+    import json
+
+    return {int(row["peers"]): row for row in json.loads(records.read_text()).get("device_rows", [])}
 
 
-def averaging_rows(results: Path) -> list[str]:
-    """The modelled p2/p4/p8-luoff (grid blocks ``averaging*``) beside the 16-core device's figures."""
-    lines = []
+def averaging_rows(results: Path, records: Path = MODEL_CHECKS) -> tuple[list[str], list[dict]]:
+    """The modelled p2/p4/p8-luoff (grid blocks ``averaging*``) beside the 16-core machine's recorded rows:
+    the printed lines, and per run a check (a peer's vCPUs, the samples/s error, the averaging share's in
+    points) as ``--record`` appends it."""
+    lines, checks = [], []
+    device = device_rows(records)
     for experiment in load_experiments(results):
-        reference = DEVICE.get(experiment.peer_count)
+        reference = device.get(experiment.peer_count)
         if experiment.strategy != "hivemind" or not experiment.complete or reference is None:
             continue
         rates = [rate for p in experiment.peers if (rate := p.summary.get("samples_per_second"))]
@@ -99,18 +110,33 @@ def averaging_rows(results: Path) -> list[str]:
             if row["outcome"] == "ok" and row.get("allreduce_seconds")
         ]
         modelled = (statistics.fmean(rates), share, statistics.fmean(allreduce) if allreduce else None)
-        name = reference[0]
-        for label, value, device in zip(
-            ("samples/s per peer", "averaging share", "all-reduce s"), modelled, reference[1:], strict=True
+        name = reference["name"]
+        expected = (
+            reference["samples_per_second_per_peer"],
+            reference["averaging_share"],
+            reference["allreduce_seconds"],
+        )
+        for label, value, measured_value in zip(
+            ("samples/s per peer", "averaging share", "all-reduce s"), modelled, expected, strict=True
         ):
-            error = f"{value / device - 1:+.0%}" if value is not None else "-"
+            error = f"{value / measured_value - 1:+.0%}" if value is not None else "-"
             shown = f"{value:.3g}" if value is not None else "-"
-            lines.append(f"{name:<9} {label:<19} modelled {shown:>7}  16-core {device:.3g}  ({error})")
+            lines.append(
+                f"{name:<9} {label:<19} modelled {shown:>7}  16-core {measured_value:.3g}  ({error})"
+            )
         failed = sum(1 for p in experiment.peers for row in p.rounds if row["outcome"] != "ok")
         max_steps = experiment.settings.get("max_steps")
         dilation = experiment.time_dilation
         lines.append(f"{name:<9} D = {dilation:.2f}, {max_steps} steps, failed rounds {failed}")
-    return lines
+        checks.append(
+            {
+                "vcpus": int(reference["vcpus"]),
+                "throughput_error": round(modelled[0] / expected[0] - 1, 4),
+                "averaging_share_points": round((modelled[1] - expected[1]) * 100, 2),
+                "against": f"{name} on the 16-core machine ({reference['measured_on'].get('date', '')})",
+            }
+        )
+    return lines, checks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="the results directory trainer grid wrote")
     parser.add_argument("--calibration", type=Path, default=DEFAULT, help="the calibration the runs used")
     parser.add_argument("--model", default="resnet18")
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=MODEL_CHECKS,
+        type=Path,
+        help="append each averaging run's check to the model's records (default: %(const)s)",
+    )
     args = parser.parse_args(argv)
     try:
         calibration = load(args.calibration)
@@ -125,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibration_check: {exc}", file=sys.stderr)
         return 2
     runs = measured(args.results)
-    averaging = averaging_rows(args.results)
+    averaging, checks = averaging_rows(args.results)
     if not runs and not averaging:
         print(f"calibration_check: no complete runs in {args.results}", file=sys.stderr)
         return 2
@@ -159,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     if averaging:
         print("\nwith averaging (the model against the 16-core device, docs/study-scale.md):")
         print("\n".join(averaging))
+    if args.record:
+        for check in checks:
+            command = "python benchmarks/calibration_check.py " + " ".join(argv or sys.argv[1:])
+            append_model_check({**check, "measured_on": measured_here(), "command": command}, args.record)
+        print(f"{len(checks)} checks recorded in {args.record}")
     return 0 if worst <= TOLERANCE else 1
 
 

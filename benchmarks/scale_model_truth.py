@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.study_scale import measure  # noqa: E402
+from controller.calibration import MODEL_CHECKS, append_model_check, measured_here  # noqa: E402
 
 LOCAL_TOLERANCE = 0.15  # relative, on a peer's samples/s over its solo loop's
 SHARE_TOLERANCE = 0.10  # absolute, on the averaging share of the step
@@ -120,8 +121,9 @@ def figures(directory: Path) -> dict[str, Any] | None:
     }
 
 
-def compare(args: argparse.Namespace) -> tuple[list[str], bool]:
-    """The table and whether the model is within both tolerances."""
+def compare(args: argparse.Namespace) -> tuple[list[str], bool, dict[str, float] | None]:
+    """The table, whether the model is within both tolerances, and its errors (None where a side is
+    missing): ``local`` relative, ``averaging_points`` in points of the step."""
     sides = {
         "truth (bare, 1 core each)": (
             args.out / "truth" / "_reference" / "p2-solo",
@@ -149,7 +151,7 @@ def compare(args: argparse.Namespace) -> tuple[list[str], bool]:
             f"{peer['rounds_ok']:>3}/{peer['rounds_failed']:<3}"
         )
     if len(rows) < 2:
-        return lines, False
+        return lines, False, None
     real, modelled = rows.values()
     local_error = modelled["local"] / real["local"] - 1
     share_error = modelled["averaging"] - real["averaging"]
@@ -161,7 +163,7 @@ def compare(args: argparse.Namespace) -> tuple[list[str], bool]:
         f"{compute_error * 100:+.1f} points",
         "the model is " + ("within both goals" if within else "OUTSIDE the goals"),
     ]
-    return lines, within
+    return lines, within, {"local": local_error, "averaging_points": share_error * 100}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--inventory", default="", help="Ansible inventory (default: ansible.cfg's)")
     parser.add_argument("--table-only", action="store_true", help="print the comparison of what --out holds")
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=MODEL_CHECKS,
+        type=Path,
+        help="append the check to the model's records (default: %(const)s), which every plan's and "
+        "report's scale-model caveat reads",
+    )
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2 and not args.table_only:
         parser.error("needs two cores: the truth pins one peer to each")
@@ -184,8 +194,21 @@ def main(argv: list[str] | None = None) -> int:
             if step(args) != 0:
                 print("[truth] a part failed; its log is in --out", flush=True)
                 break
-    lines, within = compare(args)
+    lines, within, errors = compare(args)
     print("\n".join(lines))
+    if args.record and errors:
+        append_model_check(
+            {
+                "vcpus": 1,
+                "throughput_error": round(errors["local"], 4),
+                "averaging_share_points": round(errors["averaging_points"], 2),
+                "against": "two bare one-core peers on this machine",
+                "measured_on": measured_here(),
+                "command": "python benchmarks/scale_model_truth.py " + " ".join(argv or sys.argv[1:]),
+            },
+            args.record,
+        )
+        print(f"recorded in {args.record}")
     print(
         "local: a peer's samples/s over its solo loop's; compute, averaging: shares of the peer's step "
         "(means over its steps); the model's solo and peers run at the calibrated share of a core, D from "

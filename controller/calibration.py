@@ -38,6 +38,9 @@ from typing import Any
 from experiment.results import CALIBRATION_KIND as KIND
 
 DEFAULT = Path(__file__).resolve().parent / "calibrations" / "default.json"
+#: the records of where the model of Hivemind peers was checked (``load_model_checks``)
+MODEL_CHECKS = Path(__file__).resolve().parent / "calibrations" / "model-checks.json"
+MODEL_CHECKS_KIND = "testbed-model-checks"
 
 
 class CalibrationError(ValueError):
@@ -234,6 +237,7 @@ class ModelCheck:
     throughput_error: float
     averaging_share_points: float | None
     against: str
+    date: str = ""
 
     @property
     def holds(self) -> bool:
@@ -242,50 +246,107 @@ class ModelCheck:
         return abs(self.throughput_error) <= 0.25 and (share is None or abs(share) <= 10)
 
 
-#: Every check of the model of Hivemind peers so far (docs/study-scale.md, docs/compute-calibration.md); the
-#: throughput error at 1 vCPU is on a peer's samples/s over its solo loop's. The 16-core rows were measured on
-#: 2026-11-23, before OMP_WAIT_POLICY=PASSIVE reached the benchmarks.
-HIVEMIND_MODEL_CHECKS = (
-    ModelCheck(
-        1, +0.075, +0.2, "two bare one-core peers on 2 cores, benchmarks/scale_model_truth.py (2026-11-28)"
-    ),
-    ModelCheck(2, +0.09, +1.0, "p8-luoff on the 16-core device (2026-11-23)"),
-    ModelCheck(4, +0.10, +22.0, "p4-luoff on the 16-core device (2026-11-23): compute -40 %"),
-    # two model runs: +83 % (averaging share +29 points, compute -64 %) and, on 2026-11-28, this one
-    ModelCheck(8, +1.05, +13.0, "p2-luoff on the 16-core device (2026-11-23): compute -57 %; +83 % before"),
-)
+def load_model_checks(path: Path | str = MODEL_CHECKS) -> tuple[ModelCheck, ...]:
+    """Every check of the model recorded in ``path`` (controller/calibrations/model-checks.json; the
+    benchmarks that measure them append to it); CalibrationError names what is wrong with the file."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CalibrationError(f"{path}: cannot read the model's checks: {error}") from None
+    if not isinstance(document, dict) or document.get("kind") != MODEL_CHECKS_KIND:
+        raise CalibrationError(f"{path}: not a record of model checks (kind {MODEL_CHECKS_KIND!r})")
+    checks = []
+    for index, record in enumerate(document.get("checks") or []):
+        try:
+            share = record.get("averaging_share_points")
+            checks.append(
+                ModelCheck(
+                    vcpus=int(record["vcpus"]),
+                    throughput_error=float(record["throughput_error"]),
+                    averaging_share_points=None if share is None else float(share),
+                    against=str(record["against"]),
+                    date=str((record.get("measured_on") or {}).get("date", "")),
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CalibrationError(f"{path}: checks[{index}]: {error!r}") from None
+    return tuple(checks)
 
 
-def hivemind_model_caveat(vcpus: float, checks: tuple[ModelCheck, ...] = HIVEMIND_MODEL_CHECKS) -> str | None:
+def measured_here() -> dict[str, Any]:
+    """``measured_on`` of a check taken on this machine now: its cores, CPU model, torch, hivemind, date."""
+    import datetime
+    import importlib.metadata
+
+    from experiment.machine import this_machine
+
+    try:
+        hivemind = importlib.metadata.version("hivemind")
+    except importlib.metadata.PackageNotFoundError:
+        hivemind = ""
+    return {**this_machine(), "hivemind": hivemind, "date": datetime.date.today().isoformat()}
+
+
+def append_model_check(record: dict[str, Any], path: Path | str = MODEL_CHECKS) -> None:
+    """Add one check's record (vcpus, throughput_error, averaging_share_points, against, measured_on,
+    command) to ``path``, as the benchmarks that measure one do with ``--record``."""
+    path = Path(path)
+    document = json.loads(path.read_text())
+    document.setdefault("checks", []).append(record)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies in it (the caveat names the record it rests on)."""
+    try:
+        return str(path.resolve().relative_to(MODEL_CHECKS.parents[2]))
+    except ValueError:
+        return str(path)
+
+
+def _latest(checks: Iterable[ModelCheck]) -> dict[int, ModelCheck]:
+    """Per size the check recorded last (a later measurement replaces an earlier one)."""
+    return {check.vcpus: check for check in checks}
+
+
+def hivemind_model_caveat(
+    vcpus: float, checks: tuple[ModelCheck, ...] | None = None, source: Path | str = MODEL_CHECKS
+) -> str | None:
     """Why a dilated model of Hivemind peers with ``vcpus`` each is outside the range the model was checked
-    in, or None where a check at that size holds. The model gives a peer the solo loop's compute at its
-    vCPUs; how much a multi-threaded peer loses to its own averagers is not in it.
+    in, or None where the latest check at that size holds. ``checks`` None: those recorded in ``source``.
+    The model gives a peer the solo loop's compute at its vCPUs; how much a multi-threaded peer loses to its
+    own averagers is not in it.
 
     >>> hivemind_model_caveat(2) is None
     True
     >>> caveat = hivemind_model_caveat(8)
     >>> caveat.split(":")[0]
     "outside the scale model's validated range (Hivemind peers of 1, 2 vCPUs)"
-    >>> "at 8 vCPUs a peer it was +105 % on samples/s per peer" in caveat, caveat.endswith("up to 105 %")
+    >>> "at 8 vCPUs a peer it was +105 % on samples/s per peer" in caveat, "up to 105 %" in caveat
     (True, True)
     """
-    valid = sorted(check.vcpus for check in checks if check.holds)
-    here = [check for check in checks if check.vcpus == vcpus]
-    if here and all(check.holds for check in here):
+    latest = _latest(load_model_checks(source) if checks is None else checks)
+    if not latest:
+        return f"no check of the scale model recorded ({source})"
+    valid = sorted(size for size, check in latest.items() if check.holds)
+    here = latest.get(int(vcpus)) if float(vcpus).is_integer() else None
+    if here is not None and here.holds:
         return None
     sizes = ", ".join(str(v) for v in valid) or "none"
-    worst = max(checks, key=lambda check: check.throughput_error)
-    if here:
-        check = here[0]
+    worst = max(latest.values(), key=lambda check: check.throughput_error)
+    if here is not None:
+        when = f", {here.date}" if here.date else ""
         measured = (
-            f"at {vcpus:g} vCPUs a peer it was {check.throughput_error * 100:+.0f} % on samples/s per peer "
-            f"({check.against})"
+            f"at {vcpus:g} vCPUs a peer it was {here.throughput_error * 100:+.0f} % on samples/s per peer "
+            f"({here.against}{when})"
         )
     else:
         measured = f"no check at {vcpus:g} vCPUs a peer"
+    record = _shown(Path(source)) if checks is None else "the given checks"
     return (
         f"outside the scale model's validated range (Hivemind peers of {sizes} vCPUs): {measured}; its "
-        f"compute is the solo loop's, optimistic by up to {worst.throughput_error * 100:.0f} %"
+        f"compute is the solo loop's, optimistic by up to {worst.throughput_error * 100:.0f} % ({record})"
     )
 
 

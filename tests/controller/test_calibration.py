@@ -258,6 +258,37 @@ def test_hivemind_peers_beyond_the_models_checks_are_warned_and_smaller_ones_are
     assert "no check at 16 vCPUs" in hivemind_model_caveat(16)
     assert hivemind_model_caveat(4) is not None
     assert hivemind_model_caveat(4, (ModelCheck(4, 0.1, 5.0, "x"),)) is None
+    assert caveat[0].endswith("(controller/calibrations/model-checks.json)")
+
+
+def test_the_caveat_follows_the_committed_records(tmp_path):
+    """The checks are read from the measurement records, not typed in code: a record appended (as the
+    benchmarks do with --record) changes the caveat every plan and report prints."""
+    import shutil
+
+    from controller.calibration import (
+        MODEL_CHECKS,
+        append_model_check,
+        hivemind_model_caveat,
+        load_model_checks,
+    )
+
+    records = tmp_path / "model-checks.json"
+    shutil.copy(MODEL_CHECKS, records)
+    before = hivemind_model_caveat(8, source=records)
+    assert "+105 %" in before and "(p2-luoff on the 16-core device: compute -57 %, 2026-11-28)" in before
+    assert hivemind_model_caveat(4, source=records) is not None
+    measured_on = {"machine": "test", "date": "2026-12-05", "torch": "2.14.1", "hivemind": "1.1.12"}
+    append_model_check(
+        {"vcpus": 8, "throughput_error": 0.08, "averaging_share_points": 4.0, "against": "a new device row",
+         "measured_on": measured_on, "command": "python benchmarks/calibration_check.py R"},
+        records,
+    )  # fmt: skip
+    assert len(load_model_checks(records)) == len(load_model_checks(MODEL_CHECKS)) + 1
+    assert hivemind_model_caveat(8, source=records) is None  # the latest check at 8 vCPUs holds now
+    after = hivemind_model_caveat(4, source=records)
+    assert after.split(":")[0].endswith("(Hivemind peers of 1, 2, 8 vCPUs)")
+    assert "up to 10 %" in after  # the worst latest error is now 4 vCPUs' +10 %, no longer 8's +105 %
 
 
 def test_the_report_marks_dilated_hivemind_runs_outside_the_models_range(tmp_path):

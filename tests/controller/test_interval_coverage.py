@@ -23,7 +23,8 @@ def test_the_report_interval_covers_and_rarely_calls_noise_a_difference_from_min
 
 
 def test_the_old_percentile_bootstrap_fails_the_same_check_at_two_runs():
-    """The check can fail: the percentile bootstrap of the ratio of means misses the goal where the table says."""
+    """The check can fail: the percentile bootstrap of the ratio of means misses the goal where the table
+    says."""
     old = cell("log-normal", 0.15, 2, "old", DRAWS, seed=7)
     assert (
         old.coverage < COVERAGE_GOAL - TOLERANCE and old.false_verdicts > FALSE_VERDICT_LIMIT + TOLERANCE
