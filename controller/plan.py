@@ -118,6 +118,19 @@ def _host_prices(host: str, hv: dict[str, Any], raw: dict[str, Any], errors: lis
     return prices
 
 
+def controller_not_linux(system: str) -> str:
+    """The one message for a controller that does not run Linux.
+
+    >>> controller_not_linux("Darwin")[:62]
+    'the controller (the machine that runs ansible-playbook) runs D'
+    """
+    return (
+        f"the controller (the machine that runs ansible-playbook) runs {system}, not Linux: it resolves the "
+        "hosts' Linux wheels with its own pip, measures its own cores and runs the local cluster's podman; "
+        "run the playbook from a Linux machine, VM or container (docs/real-vms.md)"
+    )
+
+
 def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
     """Check and complete the experiment's settings; plan the hosts the run uses.
 
@@ -125,8 +138,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
     bandwidth_mbit, latency_ms, the prices), ``can_delay`` (the local kernel has netem), ``shaped_non_peers``
     (hosts outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
-    ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``timestamp``
-    (UTC, ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
+    ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``machine`` (the
+    controller's, experiment/machine.py: a controller that is not Linux is refused), ``timestamp`` (UTC,
+    ``YYYYmmddTHHMMSSZ``), ``inventory_name``.
 
     Returns ``errors`` (empty when everything is valid), ``settings`` (every variable, typed, with defaults),
     ``experiment_id``, ``hosts`` (the peers used, in order), ``dht_host`` (the host of the DHT-only bootstrap
@@ -158,6 +172,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     hostvars = inventory.get("hostvars") or {}
     host_cores = int(inventory.get("host_cores") or 1)
 
+    system = (inventory.get("machine") or {}).get("system")
+    if system and system != "Linux":
+        errors.insert(0, controller_not_linux(system))
     if not inventory_peers:
         errors.append("the inventory has no hosts in group peers")
     elif "peers" not in invalid and settings["peers"] > len(inventory_peers):

@@ -24,14 +24,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cores() -> int:
+    """The cores this process may run on (its affinity where the system has one, else every core)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def this_machine() -> dict[str, Any]:
-    """This machine's cores (those this process may run on), CPU model and torch version (read from the
-    installed package's metadata: no torch import)."""
+    """This machine's cores (those this process may run on), CPU model, torch version (read from the
+    installed package's metadata: no torch import) and operating system (``platform.system()``)."""
     try:
         torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch = ""
-    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(), "torch": torch}
+    return {"cores": cores(), "cpu_model": cpu_model(), "torch": torch, "system": platform.system()}
 
 
 def changed(measured_on: dict[str, Any], machine: dict[str, Any]) -> list[str]:
