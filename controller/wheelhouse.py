@@ -2,15 +2,22 @@
 hosts' platform and Python, which need not be the controller's (role trainer,
 ``trainer_dependency_source=wheelhouse``; tests/controller/test_wheelhouse.py).
 
-Built on the controller in three steps, into a directory named after what it holds (so a change of the
+Built on the controller in four steps, into a directory named after what it holds (so a change of the
 requirements or of the target gives a new one, and an unchanged one is reused):
 
-1. resolve the requirements (``pip install --dry-run --report``) to find the packages that PyPI has only as
-   source distributions (hivemind's varint, python-baseconv, prefetch_generator; DeepSpeed);
-2. build those into wheels; each must come out pure Python (``py3-none-any``), which installs anywhere;
-3. ``pip download --only-binary=:all:`` every requirement for the target (``--platform``,
-   ``--python-version``, ``--implementation cp``, ``--abi``), the pure wheels of step 2 found with
+1. resolve the requirements for the target (``uv pip compile --python-platform ARCH-manylinux_2_N
+   --python-version X.Y``): every environment marker is evaluated for the hosts, not for the controller, so
+   torch's Linux-only dependencies are in the set whatever the controller runs (``resolved.txt``);
+2. find the packages that PyPI has only as source distributions (``pip install --dry-run --report``:
+   hivemind's varint, python-baseconv, prefetch_generator; DeepSpeed);
+3. build those into wheels; each must come out pure Python (``py3-none-any``), which installs anywhere;
+4. ``pip download --no-deps --only-binary=:all:`` every package of step 1 for the target (``--platform``,
+   ``--python-version``, ``--implementation cp``, ``--abi``), the pure wheels of step 3 found with
    ``--find-links``.
+
+The index is pip's (``pip config list``, read for uv as ``scripts/uv_pip_install.py`` does); ``--pip-args``
+go to both resolvers, so they must be options pip and uv share (``--index-url``, ``--extra-index-url``,
+``--find-links``).
 
 The result is the directory ``wheels/`` that the role ships with rsync (``ansible.posix.synchronize``:
 one stream over the inventory's SSH settings, nothing sent again that the host already has).
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
+import os
 import re
 import shlex
 import shutil
@@ -37,6 +46,9 @@ DEFAULT_GLIBC = "2.36"
 DEFAULT_ARCH = "x86_64"
 #: the manylinux tags older than PEP 600 and the glibc each stands for
 _LEGACY_MANYLINUX = {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}
+#: the glibc minors uv's ``--python-platform`` names as ``ARCH-manylinux_2_N`` (uv 0.13)
+_UV_GLIBC_MINORS = (17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40)
+_REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,20 @@ class Target:
             tags += [f"{legacy}_{self.arch}" for legacy, glibc in _LEGACY_MANYLINUX.items() if glibc == minor]
         return tags
 
+    def uv_platform(self) -> str:
+        """uv's name for the hosts' platform: the newest manylinux it names that this glibc runs.
+
+        >>> Target().uv_platform(), Target(glibc="2.30", arch="aarch64").uv_platform()
+        ('x86_64-manylinux_2_36', 'aarch64-manylinux_2_28')
+        """
+        newest = int(self.glibc.split(".")[1])
+        runs = [minor for minor in _UV_GLIBC_MINORS if minor <= newest]
+        if not runs:
+            raise ValueError(
+                f"wheelhouse target: glibc {self.glibc} is older than any manylinux uv resolves for"
+            )
+        return f"{self.arch}-manylinux_2_{runs[-1]}"
+
     def name(self, requirements: str, pip_args: list[str] = ()) -> str:
         """The wheelhouse's directory name: the target, and a hash of it, the requirements and pip's
         arguments."""
@@ -78,16 +104,51 @@ class Target:
         return f"{self.abi}-{self.arch}-glibc{self.glibc}-{digest}"
 
 
+def resolve_command(
+    uv: str, requirements: Path, out: Path, target: Target, index: list[str] = (), pip_args: list[str] = ()
+) -> list[str]:
+    """The ``uv pip compile`` of step 1: every package and version the hosts need, markers evaluated for
+    them."""
+    return [
+        uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate",
+        "--python-platform", target.uv_platform(), "--python-version", target.python,
+        *index, *pip_args, "--output-file", str(out), str(requirements),
+    ]  # fmt: skip
+
+
 def download_command(
     pip: list[str], requirements: Path, dest: Path, target: Target, pip_args: list[str] = ()
 ) -> list[str]:
-    """The ``pip download`` of step 3: binary wheels only, for the target, step 2's pure wheels beside."""
+    """The ``pip download`` of step 4: the resolved packages (no resolution of its own: pip would evaluate
+    markers for the controller), binary wheels only, for the target, step 3's pure wheels beside."""
     platforms = [option for tag in target.platforms() for option in ("--platform", tag)]
     return [
-        *pip, "download", "--quiet", "--only-binary=:all:", "--implementation", "cp",
+        *pip, "download", "--quiet", "--no-deps", "--only-binary=:all:", "--implementation", "cp",
         "--python-version", target.python, "--abi", target.abi, *platforms,
         "--find-links", str(dest), "--dest", str(dest), *pip_args, "--requirement", str(requirements),
     ]  # fmt: skip
+
+
+def uv_command() -> str:
+    """uv beside this Python (the project's venv has it) or on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise SystemExit(
+            f"wheelhouse: uv is needed to resolve for the hosts' platform: not at {beside} nor on PATH"
+        )
+    return found
+
+
+def pip_index() -> tuple[list[str], dict[str, str]]:
+    """pip's index settings of this machine as uv's options and environment (scripts/uv_pip_install.py)."""
+    spec = importlib.util.spec_from_file_location("uv_pip_install", _REPO / "scripts" / "uv_pip_install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    )
+    return module.uv_options(module.pip_settings(listed.stdout))
 
 
 def source_only(report: dict) -> list[str]:
@@ -111,8 +172,8 @@ def installed_bytes(wheel: Path) -> int:
         return sum(member.file_size for member in archive.infolist())
 
 
-def _run(command: list[str], what: str) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def _run(command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise SystemExit(f"wheelhouse: {what} failed ({' '.join(command[:6])} ...):\n{tail}")
@@ -131,9 +192,16 @@ def build(
     if built:
         shutil.rmtree(directory, ignore_errors=True)
         wheels.mkdir(parents=True)
+        resolved = directory / "resolved.txt"
+        index, index_env = pip_index()
+        _run(
+            resolve_command(uv_command(), requirements, resolved, target, index, list(pip_args)),
+            f"resolving the requirements for {target}",
+            env={**os.environ, **index_env},
+        )
         report = directory / "resolve.json"
         _run([*pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-              *pip_args, "--requirement", str(requirements)], "resolving the requirements")  # fmt: skip
+              *pip_args, "--requirement", str(requirements)], "finding the source-only packages")  # fmt: skip
         sources = source_only(json.loads(report.read_text()))
         if sources:
             _run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), *sources],
@@ -145,7 +213,7 @@ def build(
                     f"{target} on the index: install them from an index instead"
                 )
         _run(
-            download_command(pip, requirements, wheels, target, pip_args),
+            download_command(pip, resolved, wheels, target, pip_args),
             f"downloading the wheels for {target}",
         )
         (directory / ".complete").write_text(text)
@@ -176,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         target = Target(args.python, args.glibc, args.arch)
+        target.uv_platform()  # a glibc uv names no platform for: refused before anything is resolved
     except ValueError as error:
         parser.error(str(error))
     print(json.dumps(build(args.requirements, args.root, target, shlex.split(args.pip_args))))

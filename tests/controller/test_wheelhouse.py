@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from controller.wheelhouse import Target, download_command, installed_bytes, main, source_only
+from controller.wheelhouse import (
+    Target,
+    download_command,
+    installed_bytes,
+    main,
+    pip_index,
+    resolve_command,
+    source_only,
+    uv_command,
+)
 
 
 def test_the_download_asks_for_the_hosts_python_not_the_controllers():
@@ -28,6 +39,42 @@ def test_the_download_asks_for_the_hosts_python_not_the_controllers():
     assert platforms[-1] == "manylinux1_aarch64"
     assert not [tag for tag in platforms if "x86_64" in tag or "manylinux_2_29" in tag]
     assert command[-2:] == ["--requirement", "node.txt"]
+    assert "--no-deps" in command  # the packages come resolved for the hosts (step 1), not by pip's markers
+
+
+def resolved(tmp_path: Path, requirement: str, platform: str, python: str = "3.11") -> set[str]:
+    """The package names uv resolves ``requirement`` to for ``platform``, with this machine's index."""
+    requirements = tmp_path / "req.txt"
+    requirements.write_text(requirement + "\n")
+    out = tmp_path / f"{platform}.txt"
+    index, env = pip_index()
+    command = resolve_command(uv_command(), requirements, out, Target(python), index)
+    command[command.index("--python-platform") + 1] = platform
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.split("==")[0].strip().lower() for line in out.read_text().splitlines() if "==" in line}
+
+
+def test_the_resolution_evaluates_markers_for_the_hosts_not_the_controller(tmp_path):
+    """torch's CUDA libraries are dependencies only on x86_64 Linux (its markers): resolved for the hosts'
+    platform they are there, resolved for a Mac or for aarch64 Linux they are not, whatever this machine
+    is. pip's own resolution would evaluate the markers for the controller."""
+    linux = resolved(tmp_path, "torch==2.14.1", Target().uv_platform())
+    mac = resolved(tmp_path, "torch==2.14.1", "aarch64-apple-darwin")
+    arm = resolved(tmp_path, "torch==2.14.1", Target(arch="aarch64").uv_platform())
+    cuda = {name for name in linux if name.startswith("nvidia-")}
+    assert "torch" in linux and "torch" in mac and "torch" in arm
+    assert len(cuda) >= 5, linux
+    assert not {name for name in mac | arm if name.startswith("nvidia-")}, (mac, arm)
+
+
+def test_the_resolution_is_for_the_hosts_python_and_platform():
+    command = resolve_command("uv", Path("node.txt"), Path("out.txt"), Target("3.12", "2.31", "aarch64"))
+    options = dict(zip(command, command[1:], strict=False))
+    assert command[:3] == ["uv", "pip", "compile"]
+    assert options["--python-platform"] == "aarch64-manylinux_2_31"
+    assert options["--python-version"] == "3.12"
+    assert Target(glibc="2.29").uv_platform() == "x86_64-manylinux_2_28"  # the newest uv names that 2.29 runs
 
 
 def test_debian_12_is_the_default_target():
@@ -62,7 +109,11 @@ def test_only_source_distributions_are_built_on_the_controller():
 
 @pytest.mark.parametrize(
     ("option", "value", "says"),
-    [("--python", "311", "python must be MAJOR.MINOR"), ("--glibc", "2.x", "glibc must be 2.MINOR")],
+    [
+        ("--python", "311", "python must be MAJOR.MINOR"),
+        ("--glibc", "2.x", "glibc must be 2.MINOR"),
+        ("--glibc", "2.12", "older than any manylinux uv resolves for"),
+    ],
 )
 def test_a_bad_target_is_refused_before_anything_is_downloaded(tmp_path, capsys, option, value, says):
     with pytest.raises(SystemExit) as exit_:
