@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 export CONTAINERS_CONF := $(CURDIR)/images/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# the bind mount systemd in a local container needs on this host (hybrid cgroup v1 or v2), for Molecule's scenarios
+export TESTBED_CGROUP_VOLUME := $(shell scripts/cgroup-volume.sh)
 # Python keeps what it compiles (this checkout's modules, pytest's rewritten test files; __pycache__ is ignored
 # by git and by the converged hosts' fingerprints): where PYTHONDONTWRITEBYTECODE is set, as on this project's
 # machines, every pytest process compiled every test file again (about 2 s of CPU per collection, and `make test`

@@ -68,7 +68,7 @@ build_node() {
   cleanup_build_container
   trap cleanup_build_container EXIT
   # pip inside the container uses the host's pip configuration, local indexes and CA bundle (read-only).
-  local mounts=(-v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw)
+  local mounts=(-v "$(scripts/cgroup-volume.sh)")
   for path in /etc/pip.conf /root/.config/pip/pip.conf /opt/wheels /opt/pypi /opt/pypi-more; do
     if [ -e "$path" ]; then mounts+=(-v "$path:$path:ro"); fi
   done

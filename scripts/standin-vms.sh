@@ -67,7 +67,7 @@ up() {
   podman network create --subnet "$subnet_prefix.0/24" "$network" >/dev/null
   local hosts=(monitor) index
   for index in $(seq 1 "$peers"); do hosts+=("$(printf 'peer-%02d' "$index")"); done
-  local host address mounts=(-v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw)
+  local host address mounts=(-v "$(scripts/cgroup-volume.sh)")
   # this machine's CA bundle beside the image's own (not over it: the ca-certificates package rewrites that file),
   # for the index path through this machine's proxy: trainer_pip_environment={"PIP_CERT": "/etc/testbed-host-ca.crt"}
   if [ -e /etc/ssl/certs/ca-certificates.crt ]; then
