@@ -18,6 +18,11 @@ TOP_LEVEL = {path.name for path in REPO.iterdir() if path.is_dir() and not path.
     "results",
     "oom",
 }
+#: files the docs name that a user's own steps write, not the repository
+WRITTEN_BY_THE_USER = {
+    "inventories/opennebula/hosts.yml": "make inventory writes it from Terraform's output",
+    "inventories/opennebula/group_vars/peers/prices.yml": "a site's prices (docs/cost.md)",
+}
 HISTORY = re.compile(r"\bsessions? \d+|\bthis session\b|\bissues? #?\d+|\(#\d+\)|\bissues \d+ and \d+", re.I)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -72,7 +77,7 @@ def test_named_files_exist(page):
     for path in PATH.findall(page.read_text()):
         path = path.rstrip(".,:;")
         top = path.split("/")[0]
-        if top not in TOP_LEVEL or "<" in path or "{" in path:
+        if top not in TOP_LEVEL or "<" in path or "{" in path or path in WRITTEN_BY_THE_USER:
             continue
         if "*" in path:
             if not list(REPO.glob(path)):
@@ -105,7 +110,7 @@ def test_named_commands_exist_with_their_flags(page):
                     wrong.append(f"{command}: {sub} has no flag {name}")
         elif argv[:1] == ["make"]:
             for target in argv[1:]:
-                if re.fullmatch(r"[\w-]+", target) and target not in targets:
+                if re.fullmatch(r"\w[\w-]*", target) and target not in targets:
                     wrong.append(f"{command}: no make target {target!r}")
         elif "-m" in argv[:3] and argv[0].endswith("python"):
             module = argv[argv.index("-m") + 1]
