@@ -1,7 +1,9 @@
 """What a grid's runs will cost on this machine, from the runs it has already made.
 
 A run's estimate is the mean playbook time of the grid's complete runs of the same shape (strategy, peers,
-vCPUs a peer, local updates), scaled by the samples each peer trains (``max_steps`` x ``batch_size``). The
+vCPUs a peer, local updates) and batch size, scaled by the samples each peer trains (``max_steps`` x
+``batch_size``); where no run of that batch size is complete, the shape's runs of any batch size (a dilated
+run's wall time per sample grows with the batch size, as its D does: a first estimate, not a measurement). The
 seconds are the status file's (controller/grid/status.py): the whole playbook run, set-up and finish
 included, as measured on the machine that ran them. A shape the grid has not run yet has no estimate: run
 one repeat of every setting first (``--only "repeat == 1"``), then the dry run prices the rest.
@@ -60,6 +62,11 @@ def estimate(runs: list[Run], status: dict[str, RunStatus], complete: set[str]) 
     {'r1': 300.0, 'r2': 600.0, 'r3': None}
     >>> e.total(runs)
     (600.0, 1)
+    >>> big = {**runs[0].settings, "batch_size": 128, "max_steps": 25}  # as many samples as r1, at batch 128
+    >>> runs += [Run(4, "b", 1, big, "r4"), Run(5, "b", 2, big, "r5")]
+    >>> done["r4"] = RunStatus(4, "r4", "b", 1, big, "complete", seconds=900.0)
+    >>> estimate(runs, done, {"r1", "r4"}).seconds["r5"]  # from the run of its batch size, not r1's 300 s
+    900.0
     """
     per_sample: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     measured = {}
@@ -67,10 +74,13 @@ def estimate(runs: list[Run], status: dict[str, RunStatus], complete: set[str]) 
         record = status.get(run.experiment_id)
         if run.experiment_id in complete and record is not None and record.seconds:
             measured[run.experiment_id] = float(record.seconds)
-            per_sample[shape(run.settings)].append(float(record.seconds) / samples_per_peer(run.settings))
+            rate = float(record.seconds) / samples_per_peer(run.settings)
+            per_sample[shape(run.settings)].append(rate)
+            per_sample[(*shape(run.settings), _setting(run.settings, "batch_size"))].append(rate)
     seconds: dict[str, float | None] = {}
     for run in runs:
-        rates = per_sample.get(shape(run.settings))
+        key = shape(run.settings)
+        rates = per_sample.get((*key, _setting(run.settings, "batch_size"))) or per_sample.get(key)
         if run.experiment_id in measured:
             seconds[run.experiment_id] = measured[run.experiment_id]
         elif rates:
