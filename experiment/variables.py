@@ -141,6 +141,15 @@ VARIABLES: tuple[Variable, ...] = (
         defines_setting=True,
     ),
     Variable(
+        "next_chunk_timeout",
+        "float",
+        None,
+        "Hivemind: seconds an all-reduce waits for a peer's next part before it goes on without it "
+        "(default: the matchmaking time, as Hivemind's)",
+        (HIVEMIND,),
+        defines_setting=True,
+    ),
+    Variable(
         "average_state_every",
         "int",
         1,

@@ -134,6 +134,9 @@ class RunConfig:
     :param local_updates: Hivemind: step the optimizer every local step and average parameters at epoch end
         (True) or accumulate gradients and average them (False)
     :param matchmaking_time: Hivemind: seconds spent forming an averaging group
+    :param next_chunk_timeout: Hivemind: seconds an all-reduce waits for a peer's next part before it goes
+        on without it (the part stays un-averaged, a ``partial`` round); None: the matchmaking time, as
+        Hivemind's own default, which a short matchmaking time makes too short for a large model's parts
     :param average_state_every: Hivemind: average the parameters (and optimizer state) with the others every
         this many epochs (Hivemind's default 1). Without local updates the gradients are averaged every epoch
         anyway and this round is a safeguard against drift that runs in the background, on the peer's cores
@@ -201,6 +204,7 @@ class RunConfig:
     local_updates: bool = _shared("local_updates")
     matchmaking_time: float = _shared("matchmaking_time")
     average_state_every: int = _shared("average_state_every", metavar="N")
+    next_chunk_timeout: float | None = _shared("next_chunk_timeout")
     compression: str = _shared("compression")
     averaging_timeout: float = _shared("averaging_timeout")
     listen: str = field(default="/ip4/0.0.0.0/tcp/0", metadata=_opt("Hivemind: listen multiaddr"))

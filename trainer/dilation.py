@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 #: RunConfig fields in the modelled machine's seconds
-MODELLED_SECONDS = ("matchmaking_time", "averaging_timeout", "finish_grace")
+MODELLED_SECONDS = ("matchmaking_time", "averaging_timeout", "finish_grace", "next_chunk_timeout")
 
 
 def check_factor(factor: float) -> str | None:
@@ -70,7 +70,10 @@ def dilated(config: Any) -> Any:
     factor = config.time_dilation
     if factor == 1:
         return config
-    return dataclasses.replace(config, **{name: getattr(config, name) * factor for name in MODELLED_SECONDS})
+    given = {name: getattr(config, name) for name in MODELLED_SECONDS}
+    return dataclasses.replace(
+        config, **{name: value * factor for name, value in given.items() if value is not None}
+    )
 
 
 def _default(function: Callable[..., Any], name: str) -> float:
@@ -99,17 +102,25 @@ def dht_options(factor: float) -> dict[str, float]:
     }
 
 
-def optimizer_options(factor: float, matchmaking_time: float) -> dict[str, Any]:
+def optimizer_options(
+    factor: float, matchmaking_time: float, next_chunk_timeout: float | None = None
+) -> dict[str, Any]:
     """``hivemind.Optimizer`` keyword arguments beyond matchmaking_time and averaging_timeout (already dilated
     in the config): chunk, state-download and shutdown timeouts, and the state averager's leader wait and
-    DHT declaration period (none at 1). ``matchmaking_time``: the dilated one."""
+    DHT declaration period (none at 1 but a chunk timeout given). ``matchmaking_time`` and
+    ``next_chunk_timeout`` (None: Hivemind's default, the matchmaking time): the dilated ones.
+
+    >>> optimizer_options(1, 0.5), optimizer_options(1, 0.5, 5.0)
+    ({}, {'next_chunk_timeout': 5.0})
+    """
     if factor == 1:
-        return {}
+        return {} if next_chunk_timeout is None else {"next_chunk_timeout": next_chunk_timeout}
     from hivemind.averaging.averager import DecentralizedAverager
     from hivemind.optim.optimizer import Optimizer
 
     return {
-        "next_chunk_timeout": matchmaking_time,  # Hivemind's default: the matchmaking time
+        # Hivemind's default: the matchmaking time
+        "next_chunk_timeout": matchmaking_time if next_chunk_timeout is None else next_chunk_timeout,
         "load_state_timeout": _default(Optimizer.__init__, "load_state_timeout") * factor,
         "shutdown_timeout": _default(Optimizer.__init__, "shutdown_timeout") * factor,
         "averager_opts": averager_options(factor, DecentralizedAverager),

@@ -21,6 +21,9 @@ def test_the_modelled_seconds_become_this_peers():
     slowed = dilation.dilated(RunConfig(**{**vars(config), "time_dilation": 4.0}))
     assert (slowed.matchmaking_time, slowed.averaging_timeout, slowed.finish_grace) == (12, 240, 120)
     assert slowed.start_timeout == config.start_timeout  # the testbed's start-up stays in real seconds
+    assert slowed.next_chunk_timeout is None  # unset: Hivemind's default (the dilated matchmaking time)
+    chunked = dilation.dilated(RunConfig(**{**vars(config), "time_dilation": 4.0, "next_chunk_timeout": 5.0}))
+    assert chunked.next_chunk_timeout == 20
 
 
 def test_a_factor_below_one_is_refused():
@@ -44,6 +47,8 @@ def test_hivemind_gets_its_own_defaults_times_the_factor_through_arguments_it_ac
 
     options = dilation.optimizer_options(4, 12.0)
     assert set(options) <= _parameters(Optimizer.__init__) and options["next_chunk_timeout"] == 12.0
+    # a chunk timeout of its own (dilated by the config) instead of Hivemind's default, the matchmaking time
+    assert dilation.optimizer_options(4, 2.0, 20.0)["next_chunk_timeout"] == 20.0
     averager = options["averager_opts"]
     assert set(averager) <= _parameters(DecentralizedAverager.__init__)
     assert (

@@ -163,7 +163,7 @@ class HivemindStrategy:
             grad_averager_factory=None if config.local_updates else gradient_averager(grad_averager, factor),
             tracker_opts=tracker_options(config.matchmaking_time, factor),
             verbose=False,
-            **optimizer_options(factor, config.matchmaking_time),
+            **optimizer_options(factor, config.matchmaking_time, config.next_chunk_timeout),
         )
         self.optimizer.final_round_wait = dilation.seconds(FINAL_ROUND_WAIT_SECONDS)
         self.coordinator = RunCoordinator(
