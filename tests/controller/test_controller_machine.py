@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from controller.plan import testbed_experiment
+from controller import plan
 from experiment import machine
 
 HOSTS = ["peer-01", "peer-02"]
@@ -23,7 +23,8 @@ def inventory(system: str) -> dict:
 
 
 def test_a_controller_that_is_not_linux_is_refused_first_and_once():
-    result = testbed_experiment({"peers": "2", "model": "smallcnn", "strategy": "ring"}, inventory("Darwin"))
+    raw = {"peers": "2", "model": "smallcnn", "strategy": "ring"}
+    result = plan.testbed_experiment(raw, inventory("Darwin"))
     assert result["errors"][0].startswith(
         "the controller (the machine that runs ansible-playbook) runs Darwin"
     )
@@ -33,7 +34,7 @@ def test_a_controller_that_is_not_linux_is_refused_first_and_once():
 
 
 def test_a_linux_controller_plans_as_before():
-    result = testbed_experiment({"peers": "2", "model": "smallcnn"}, inventory("Linux"))
+    result = plan.testbed_experiment({"peers": "2", "model": "smallcnn"}, inventory("Linux"))
     assert result["errors"] == [] and result["hosts"] == HOSTS
 
 

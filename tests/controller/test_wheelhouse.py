@@ -42,30 +42,59 @@ def test_the_download_asks_for_the_hosts_python_not_the_controllers():
     assert "--no-deps" in command  # the packages come resolved for the hosts (step 1), not by pip's markers
 
 
-def resolved(tmp_path: Path, requirement: str, platform: str, python: str = "3.11") -> set[str]:
-    """The package names uv resolves ``requirement`` to for ``platform``, with this machine's index."""
+def resolved(tmp_path: Path, requirement: str, platform: str, index: list[str] | None = None) -> set[str]:
+    """The package names uv resolves ``requirement`` to for ``platform`` (``index`` None: this machine's)."""
     requirements = tmp_path / "req.txt"
     requirements.write_text(requirement + "\n")
     out = tmp_path / f"{platform}.txt"
-    index, env = pip_index()
-    command = resolve_command(uv_command(), requirements, out, Target(python), index)
+    env: dict[str, str] = {}
+    if index is None:
+        index, env = pip_index()
+    command = resolve_command(uv_command(), requirements, out, Target(), index)
     command[command.index("--python-platform") + 1] = platform
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.split("==")[0].strip().lower() for line in out.read_text().splitlines() if "==" in line}
 
 
+def wheel(directory: Path, name: str, requires: list[str] = ()) -> None:
+    """A pure wheel of ``name`` 1.0 that depends on ``requires`` (PEP 508 lines, markers and all)."""
+    info = f"{name}-1.0.dist-info"
+    metadata = "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
+    metadata += "".join(f"Requires-Dist: {line}\n" for line in requires)
+    with zipfile.ZipFile(directory / f"{name}-1.0-py3-none-any.whl", "w") as archive:
+        archive.writestr(f"{name}/__init__.py", "")
+        archive.writestr(f"{info}/METADATA", metadata)
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{info}/RECORD", "")
+
+
 def test_the_resolution_evaluates_markers_for_the_hosts_not_the_controller(tmp_path):
-    """torch's CUDA libraries are dependencies only on x86_64 Linux (its markers): resolved for the hosts'
-    platform they are there, resolved for a Mac or for aarch64 Linux they are not, whatever this machine
-    is. pip's own resolution would evaluate the markers for the controller."""
+    """A package whose dependencies hang on platform markers, as torch's CUDA libraries do (x86_64 Linux
+    only): resolved for each platform it gets that platform's dependencies, whatever this machine is. pip's
+    own resolution would evaluate the markers for the controller."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    markers = [
+        'cudalike; platform_system == "Linux" and platform_machine == "x86_64"',
+        'armlike; platform_machine == "aarch64"',
+        'maclike; sys_platform == "darwin"',
+    ]
+    wheel(wheels, "demo", markers)
+    for name in ("cudalike", "armlike", "maclike"):
+        wheel(wheels, name)
+    offline = ["--no-index", "--find-links", str(wheels)]
+    assert resolved(tmp_path, "demo", Target().uv_platform(), offline) == {"demo", "cudalike"}
+    assert resolved(tmp_path, "demo", Target(arch="aarch64").uv_platform(), offline) == {"demo", "armlike"}
+    assert resolved(tmp_path, "demo", "aarch64-apple-darwin", offline) == {"demo", "maclike"}  # arm64 there
+
+
+def test_torch_resolved_for_linux_x86_64_brings_its_linux_only_dependencies(tmp_path):
+    """The hosts' torch from this machine's index: its CUDA libraries come with it (Linux, x86_64)."""
     linux = resolved(tmp_path, "torch==2.14.1", Target().uv_platform())
-    mac = resolved(tmp_path, "torch==2.14.1", "aarch64-apple-darwin")
-    arm = resolved(tmp_path, "torch==2.14.1", Target(arch="aarch64").uv_platform())
-    cuda = {name for name in linux if name.startswith("nvidia-")}
-    assert "torch" in linux and "torch" in mac and "torch" in arm
-    assert len(cuda) >= 5, linux
-    assert not {name for name in mac | arm if name.startswith("nvidia-")}, (mac, arm)
+    assert "torch" in linux and len({name for name in linux if name.startswith("nvidia-")}) >= 5, linux
 
 
 def test_the_resolution_is_for_the_hosts_python_and_platform():
