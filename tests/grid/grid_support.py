@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from controller.grid.spec import load_grid
+
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).resolve().parent / "stand_in"
 
@@ -158,3 +160,15 @@ def hivemind_pair(results_dir: Path, *, run_id: str, learning_rate: float, steps
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
     return results_dir
+
+
+def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
+    """A grid of `runs` tiny baseline runs (seeds 1..runs), named smoke so the status file name is shared."""
+    path = tmp_path / "small.yml"
+    seeds = ", ".join(str(seed) for seed in range(1, runs + 1))
+    path.write_text(
+        "name: smoke\nnoise_floor: false\n"
+        "fixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic}\n"
+        f"blocks:\n  - name: seeds\n    repeats: 1\n    axes: {{seed: [{seeds}]}}\n"
+    )
+    return path, [run.experiment_id for run in load_grid(path).runs]

@@ -11,25 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from grid_support import REPO, STAND_IN, trainer, write_experiment_json
+from grid_support import REPO, STAND_IN, small_grid, trainer, write_experiment_json
 
 from controller.grid.spec import load_grid
 
 SMOKE = REPO / "grids" / "smoke.yml"
 SMOKE_IDS = [run.experiment_id for run in load_grid(SMOKE).runs]
 SMOKE_BASELINES = [run.experiment_id for run in load_grid(SMOKE).runs if run.strategy == "baseline"]
-
-
-def small_grid(tmp_path: Path, runs: int) -> tuple[Path, list[str]]:
-    """A grid of `runs` tiny baseline runs (seeds 1..runs), named smoke so the status file name is shared."""
-    path = tmp_path / "small.yml"
-    seeds = ", ".join(str(seed) for seed in range(1, runs + 1))
-    path.write_text(
-        "name: smoke\nnoise_floor: false\n"
-        "fixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic}\n"
-        f"blocks:\n  - name: seeds\n    repeats: 1\n    axes: {{seed: [{seeds}]}}\n"
-    )
-    return path, [run.experiment_id for run in load_grid(path).runs]
 
 
 def grid_args(tmp_path: Path, *extra: str, grid: Path = SMOKE) -> list[str]:

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
-from grid_support import write_experiment_json
+from grid_support import small_grid, write_experiment_json
 
 from controller.grid.command import parse_duration
 from controller.grid.runner import GridRunner, PlaybookResult
@@ -43,14 +43,7 @@ class TimedPlaybooks:
 
 
 def grid_of(tmp_path: Path, runs: int):
-    path = tmp_path / "sitting.yml"
-    seeds = ", ".join(str(seed) for seed in range(1, runs + 1))
-    path.write_text(
-        "name: sitting\nnoise_floor: false\n"
-        "fixed: {strategy: baseline, peers: 1, model: smallcnn, dataset: synthetic, max_steps: 10}\n"
-        f"blocks:\n  - name: seeds\n    repeats: 1\n    axes: {{seed: [{seeds}]}}\n"
-    )
-    return load_grid(path)
+    return load_grid(small_grid(tmp_path, runs)[0])
 
 
 def sit(tmp_path: Path, grid, sitting: float | None, seconds: float) -> tuple[int, list[str], str]:
