@@ -11,7 +11,11 @@
 #        scripts/standin-vms.sh down              remove the containers and the network
 # Environment: STANDIN_PREFIX (container names, default testbed-vm-), STANDIN_NETWORK (default testbed-vms),
 #              STANDIN_SUBNET_PREFIX (the /24's first three octets, default 10.89.72), STANDIN_USER (default debian),
-#              STANDIN_VCPUS / STANDIN_MEMORY_MB (each host's container limits, defaults 1 / 4096).
+#              STANDIN_VCPUS / STANDIN_MEMORY_MB (each host's container limits, defaults 1 / 4096),
+#              STANDIN_CLOUD_IMAGE=1: behave as Debian's cloud image does after its first boot (root's login refused
+#              with the image's message, the host name resolving to 127.0.1.1 in /etc/hosts, and a first-boot job
+#              holding dpkg's lock for STANDIN_FIRST_BOOT_SECONDS, default 45, after sshd is up, as cloud-init's
+#              package installs and unattended-upgrades do).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
@@ -19,6 +23,8 @@ prefix=${STANDIN_PREFIX:-testbed-vm-}
 network=${STANDIN_NETWORK:-testbed-vms}
 subnet_prefix=${STANDIN_SUBNET_PREFIX:-10.89.72}
 user=${STANDIN_USER:-debian}
+cloud_image=${STANDIN_CLOUD_IMAGE:-0}
+first_boot_seconds=${STANDIN_FIRST_BOOT_SECONDS:-45}
 vcpus=${STANDIN_VCPUS:-1}
 memory_mb=${STANDIN_MEMORY_MB:-4096}
 base_image=localhost/testbed-base:bookworm
@@ -35,11 +41,12 @@ down() {
   log "removed ${names:-no containers} and network $network"
 }
 
-# What a cloud image's contextualization leaves: sshd running, the user with the key and passwordless sudo.
+# What a cloud image's contextualization leaves: sshd running, the user with the key and passwordless sudo;
+# with STANDIN_CLOUD_IMAGE=1 also what Debian's cloud image does besides (see the usage above).
 contextualize() {
-  local name=$1 key=$2
-  podman exec -i "$name" bash -euo pipefail -s "$user" "$key" <<'EOF'
-user=$1 key=$2
+  local name=$1 key=$2 host=$3
+  podman exec -i "$name" bash -euo pipefail -s "$user" "$key" "$host" "$cloud_image" "$first_boot_seconds" <<'EOF'
+user=$1 key=$2 host=$3 cloud_image=$4 first_boot_seconds=$5
 systemctl is-system-running --wait >/dev/null || true
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
@@ -52,6 +59,23 @@ chmod 600 "/home/$user/.ssh/authorized_keys"
 printf '%s ALL=(ALL) NOPASSWD:ALL\n' "$user" >/etc/sudoers.d/90-cloud-init-users
 chmod 440 /etc/sudoers.d/90-cloud-init-users
 systemctl enable --now ssh >/dev/null 2>&1
+[ "$cloud_image" = 1 ] || exit 0
+# cloud-init's disable_root: root's key logs in only to be told which user to log in as
+install -d -m 700 /root/.ssh
+printf 'no-port-forwarding,no-agent-forwarding,no-X11-forwarding,command="echo '\''Please login as the user \\\"%s\\\" rather than the user \\\"root\\\".'\'';echo;sleep 1;exit 142" %s\n' \
+  "$user" "$key" >/root/.ssh/authorized_keys
+chmod 600 /root/.ssh/authorized_keys
+# cloud-init's /etc/hosts template: the host name on 127.0.1.1, not on the cluster address
+printf '127.0.1.1 %s.localdomain %s\n127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n' \
+  "$host" "$host" >/etc/hosts
+# the first boot's package work: dpkg's locks held (as apt takes them, fcntl) for a while after sshd is up
+if [ "$first_boot_seconds" -gt 0 ]; then
+  systemd-run --quiet --collect --unit testbed-first-boot python3 -c 'import fcntl, sys, time
+locks = [open(path, "a") for path in ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")]
+for lock in locks:
+    fcntl.lockf(lock, fcntl.LOCK_EX)
+time.sleep(float(sys.argv[1]))' "$first_boot_seconds"
+fi
 EOF
 }
 
@@ -67,7 +91,9 @@ up() {
   podman network create --subnet "$subnet_prefix.0/24" "$network" >/dev/null
   local hosts=(monitor) index
   for index in $(seq 1 "$peers"); do hosts+=("$(printf 'peer-%02d' "$index")"); done
-  local host address mounts=(-v "$(scripts/cgroup-volume.sh)")
+  local host address mounts=(-v "$(scripts/cgroup-volume.sh)") hosts_option=()
+  # a cloud image writes its own /etc/hosts (contextualize); podman's would map the name to the address
+  [ "$cloud_image" != 1 ] || hosts_option=(--no-hosts)
   # this machine's CA bundle beside the image's own (not over it: the ca-certificates package rewrites that file),
   # for the index path through this machine's proxy: trainer_pip_environment={"PIP_CERT": "/etc/testbed-host-ca.crt"}
   if [ -e /etc/ssl/certs/ca-certificates.crt ]; then
@@ -77,14 +103,16 @@ up() {
     address=$(standin_address "$host")
     # NET_ADMIN: a VM's root may change its firewall and qdiscs (roles cluster_firewall, link_shaping)
     podman run -d --name "$prefix$host" --hostname "$host" --label "$label" --network "$network" --ip "$address" \
-      --cpus "$vcpus" --memory "${memory_mb}m" --shm-size 1g --cap-add NET_ADMIN "${mounts[@]}" \
+      "${hosts_option[@]}" --cpus "$vcpus" --memory "${memory_mb}m" --shm-size 1g --cap-add NET_ADMIN "${mounts[@]}" \
       "$base_image" /lib/systemd/systemd >/dev/null
   done
   local pids=()
-  for host in "${hosts[@]}"; do contextualize "$prefix$host" "$key" & pids+=($!); done
+  for host in "${hosts[@]}"; do contextualize "$prefix$host" "$key" "$host" & pids+=($!); done
   for index in "${!pids[@]}"; do wait "${pids[$index]}" || { log "contextualizing ${hosts[$index]} failed"; exit 1; }; done
   write_tfvars "$dir/hosts.tfvars.json" "$peers"
-  log "up: ${hosts[*]} on $network ($subnet_prefix.0/24), user $user, key $dir/id_ed25519"
+  local as_cloud=""
+  [ "$cloud_image" != 1 ] || as_cloud=", as a cloud image (root refused, name on 127.0.1.1, dpkg locked ${first_boot_seconds} s)"
+  log "up: ${hosts[*]} on $network ($subnet_prefix.0/24), user $user, key $dir/id_ed25519$as_cloud"
 }
 
 standin_address() {

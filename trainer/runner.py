@@ -164,6 +164,11 @@ class RunSession:
                 exit_reason, exit_code = "start_timeout", EXIT_START_TIMEOUT
                 print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
                 return exit_code
+            except ConnectionError as exc:  # a start barrier that failed before its timeout, saying why
+                self.start_wait = time.monotonic() - wait_started
+                self.exit_detail = _one_line(exc)
+                print(f"trainer: error: {self.exit_detail}", file=sys.stderr, flush=True)
+                return exit_code  # exit_reason error
             self.barrier_release = time.time()
             self.process_roles = strategy.process_roles()
             self.cpu_at_release = cpu_usage.snapshot(self.process_roles)

@@ -3,8 +3,10 @@ with sudo, their inventory rendered by Terraform's inventory module, the experim
 trainer's dependencies from a wheelhouse built for the hosts' platform.
 
 The hosts are scripts/standin-vms.sh's containers: the bare base image plus openssh-server, the cloud image's
-`debian` user with passwordless sudo and an authorized key, nothing of the testbed. One bring-up and one first
-run serve every test here; the second run, the scan and the bad inputs reuse them (docs/real-vms.md).
+`debian` user with passwordless sudo and an authorized key, nothing of the testbed, and what Debian's cloud
+image does besides (STANDIN_CLOUD_IMAGE): root's login refused with the image's message, the host name on
+127.0.1.1, dpkg's lock held by a first-boot job after sshd is up. One bring-up and one first run serve every
+test here; the later runs, the scan and the bad inputs reuse them (docs/real-vms.md).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class Cluster:
             "STANDIN_PREFIX": PREFIX,
             "STANDIN_NETWORK": NETWORK,
             "STANDIN_SUBNET_PREFIX": SUBNET,
+            "STANDIN_CLOUD_IMAGE": "1",
+            "STANDIN_FIRST_BOOT_SECONDS": "45",
         }
         self.runs: dict[str, tuple[int, str, float]] = {}
         # the stand-ins' host keys in a file of the test's (the inventory's accept-new stays as it is)
@@ -143,6 +147,10 @@ def vms(tmp_path_factory):
             assert "ModuleNotFoundError" in bare.stderr, (host, bare.stdout, bare.stderr)
             assert "rc=0" in bare.stdout, (host, "/opt/testbed exists before the run")
             assert cluster.ssh(host, "id -u").stdout.strip() != "0", host  # not root
+            # as a cloud image: the host name on loopback, root's login refused with the image's message
+            assert cluster.ssh(host, "getent hosts $(hostname)").stdout.split()[:1] == ["127.0.1.1"], host
+            as_root = cluster.ssh(host, "id -u", user="root")
+            assert as_root.returncode == 142 and 'login as the user "debian"' in as_root.stdout, as_root
         cluster.rendered = _render_inventory(cluster)
         cluster.first = "vm-first-" + time.strftime("%Y%m%dT%H%M%S")
         cluster.playbook(cluster.first)
@@ -201,6 +209,45 @@ def test_the_playbook_sets_up_bare_hosts_over_ssh_and_trains(vms):
     )
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     assert vms.first in (vms.work / "report" / "experiments.csv").read_text()
+
+
+def test_the_first_run_waited_for_the_first_boots_dpkg_lock(vms):
+    _, output, _ = vms.runs[vms.first]
+    waited = [int(seconds) for seconds in re.findall(r"WAITED dpkg's lock (\d+) s", output)]
+    print("dpkg's lock waited for, per host:", waited)
+    assert len(waited) == len(HOSTS) and max(waited) > 0, output[-4000:]
+
+
+def test_a_ddp_run_trains_over_ssh_its_ranks_on_the_cluster_addresses(vms):
+    """A collective strategy over SSH on hosts whose name resolves to 127.0.1.1: gloo is given the interface
+    of the cluster address, so every rank reaches the others there."""
+    run = "vm-ddp-" + time.strftime("%Y%m%dT%H%M%S")
+    done = vms.playbook(run, strategy="ddp", max_steps=30)
+    print(f"ddp run over SSH: {vms.runs[run][2]:.0f} s")
+    assert done.returncode == 0, done.output[-6000:]
+    for peer in ("peer-01", "peer-02"):
+        summary = read_json(REPO / "results" / run / peer / "summary.json")
+        details = summary["strategy_details"]
+        assert summary["complete"] is True and summary["steps"] == 30, summary
+        assert details["rendezvous"] == f"{HOSTS['peer-01']}:29500", details
+        assert details["gloo_address"] == HOSTS[peer], details
+
+
+def test_a_collective_run_whose_rank_fails_stops_at_once_naming_it(vms):
+    """peer-02's rank killed as it starts: rank 0 would wait in the rendezvous for the start timeout (300 s);
+    the playbook stops it within a few polls and its one message names the failed rank."""
+    run = "vm-ddp-rank-lost-" + time.strftime("%Y%m%dT%H%M%S")
+    done = vms.playbook(run, strategy="ddp", faults="kill:peer-02@start", start_timeout=300)
+    said = " ".join(done.output.split())
+    waits = [int(seconds) for seconds in re.findall(r"after (\d+) s:", said)]
+    print("the run's progress reports (s):", waits)
+    assert done.returncode != 0
+    assert waits and max(waits) < 60, said[-4000:]
+    assert "peer-01: stopped because peer-02 failed" in said, said[-4000:]
+    experiment = read_json(REPO / "results" / run / "experiment.json")
+    assert experiment["complete"] is False and "stopped because peer-02 failed" in experiment[
+        "incomplete_reason"
+    ], experiment["incomplete_reason"]
 
 
 def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
@@ -336,9 +383,9 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     (unreachable / "hosts.yml").write_text(
         text.replace(f'ansible_host: "{HOSTS["peer-02"]}"', f'ansible_host: "{SUBNET}.199"')
     )
-    # the three runs at once: each stops in its first play, most of it waiting on SSH (the unreachable host's
+    # the four runs at once: each stops in its first play, most of it waiting on SSH (the unreachable host's
     # connection timeout), so one after another they waited about 40 s at half a core
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         key_run = pool.submit(
             run_playbook, "experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
             "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, timeout=300,
@@ -347,9 +394,13 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         )  # fmt: skip
         sudo_run = pool.submit(vms.playbook, "vm-bad-sudo", "-e", "ansible_user=nosudo")
         host_run = pool.submit(vms.playbook, "vm-bad-host", inventory=unreachable)
+        root_run = pool.submit(vms.playbook, "vm-bad-user", "-e", "ansible_user=root")
         wrong_key, no_sudo, gone = key_run.result(), sudo_run.result(), host_run.result()
+        as_root = root_run.result()
     for done, says in (
         (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
+        (as_root, r'root@10\.89\.74\.\d+ refuses this login and says to log in as the user "debian" .*'
+                  r"set ansible_user \(Terraform ssh_user\) to debian"),
         (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
         (gone, rf"peer-02: cannot reach debian@{SUBNET}\.199 .*check that it runs"),
     ):
@@ -359,7 +410,7 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         assert done.returncode != 0
         assert found, done.output[-4000:]
         assert "PLAY [Close every host by default" not in done.output  # nothing was set up or started
-    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host"):
+    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host", "vm-bad-user"):
         assert not (REPO / "results" / run).exists(), run
     assert first.read_bytes() == before  # results already written are untouched
 

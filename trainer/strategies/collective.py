@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import socket
 import struct
 import time
@@ -94,6 +95,34 @@ def interface_of(address: str) -> str | None:
     return None
 
 
+def rendezvous_error(
+    rendezvous: str, rank: int, world_size: int, timeout: float, waited: float, error: str
+) -> TimeoutError | ConnectionError:
+    """What a failed rendezvous says: a timeout only where the timeout elapsed; else what failed, after how
+    long, and where a rank announced a loopback address, that.
+
+    >>> str(rendezvous_error("10.0.0.1:29500", 1, 2, 300, 300.2, "timed out\\nmore"))
+    'rendezvous at 10.0.0.1:29500 did not complete within 300s (rank 1 of 2): timed out'
+    >>> error = rendezvous_error("10.0.0.1:29500", 1, 2, 300, 6.1, "failed to connect remote=[127.0.1.1]:5")
+    >>> type(error).__name__, str(error)[:84]
+    ('ConnectionError', 'rendezvous at 10.0.0.1:29500 failed after 6.1 s of its 300s (rank 1 of 2): failed to')
+    >>> "a rank announced a loopback address" in str(error)
+    True
+    """
+    first = (error.splitlines() or [""])[0]
+    where = f"rendezvous at {rendezvous}"
+    ranks = f"(rank {rank} of {world_size})"
+    if waited >= 0.9 * timeout:
+        return TimeoutError(f"{where} did not complete within {timeout:g}s {ranks}: {first}")
+    message = f"{where} failed after {waited:.1f} s of its {timeout:g}s {ranks}: {first}"
+    if re.search(r"\b127\.\d+\.\d+\.\d+", first) and not rendezvous.startswith("127."):
+        message += (
+            "; a rank announced a loopback address: its host name resolves to loopback (/etc/hosts) and gloo"
+            " was not given the cluster interface (GLOO_SOCKET_IFNAME)"
+        )
+    return ConnectionError(message)
+
+
 class CollectiveStrategy:
     """One rank of a synchronous run (see the module docstring); subclasses build the optimizer in
     :meth:`_after_rendezvous` and define :meth:`step`."""
@@ -129,6 +158,11 @@ class CollectiveStrategy:
         interface = gloo_interface(config.rendezvous)
         if interface:
             self._details["gloo_interface"] = interface
+        host, _, port = config.rendezvous.rpartition(":")
+        try:  # the address this rank reaches rank 0 from: the one its interface gives gloo
+            self._details["gloo_address"] = route_address(host, int(port))
+        except (OSError, ValueError):
+            pass
         try:
             dist.init_process_group(
                 "gloo",
@@ -138,9 +172,9 @@ class CollectiveStrategy:
                 timeout=datetime.timedelta(seconds=config.start_timeout),
             )
         except (RuntimeError, ValueError) as exc:  # the store's connect timeout, refused rendezvous
-            raise TimeoutError(
-                f"rendezvous at {config.rendezvous} did not complete within {config.start_timeout:g}s "
-                f"(rank {config.rank} of {config.expected_peers}): {str(exc).splitlines()[0]}"
+            raise rendezvous_error(
+                config.rendezvous, config.rank, config.expected_peers, config.start_timeout,
+                time.monotonic() - started, str(exc),
             ) from exc
         ranks = list(range(config.expected_peers))
         self.group = dist.new_group(ranks, timeout=self.collective_timeout())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import json
 from typing import Any
 
 # steps.csv column -> label in the progress line
@@ -57,28 +59,65 @@ def testbed_progress_line(host: Any) -> str:
     return f"{name:<8} {active:<8} " + "  ".join(parts)
 
 
+#: the unit states of a trainer that has not ended
+_RUNNING = ("active", "activating", "deactivating", "reloading")
+
+
+def testbed_failed_hosts(states: dict[str, dict[str, Any]]) -> list[str]:
+    """The hosts whose trainer ended without completing (no summary.json, or one not complete), in order.
+
+    >>> testbed_failed_hosts({
+    ...     "peer-01": {"ActiveState": "active"},
+    ...     "peer-02": {"ActiveState": "failed", "SUMMARY": '{"complete": false, "exit_reason": "error"}'},
+    ...     "peer-03": {"ActiveState": "inactive", "SUMMARY": '{"complete": true}'},
+    ...     "peer-04": {"ActiveState": "failed", "SUMMARY": ""}})
+    ['peer-02', 'peer-04']
+    """
+    failed = []
+    for host, state in states.items():
+        if state.get("ActiveState", "unknown") in _RUNNING:
+            continue
+        try:
+            summary = json.loads(state.get("SUMMARY") or "{}")
+        except ValueError:
+            summary = {}
+        if not summary.get("complete", False):
+            failed.append(host)
+    return failed
+
+
 def testbed_run_problem(outcome: dict[str, Any], summary: dict[str, Any] | None, timeout: Any = None) -> str:
-    """Why a host's run is not complete ('' when it is), from wait.yml's outcome and the host's summary.json.
+    """Why a host's run is not complete ('' when it is), from wait.yml's outcome and the host's summary.json,
+    with the trainer's own one-line error where it wrote one.
 
     >>> testbed_run_problem({"timed_out": False, "result": "success", "exit_status": 0}, {"complete": True})
     ''
-    >>> summary = {"complete": False, "exit_reason": "start_timeout"}
+    >>> summary = {"complete": False, "exit_reason": "start_timeout", "exit_detail": "rendezvous at ..."}
     >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 3}, summary)
-    'exit_reason start_timeout (exit status 3)'
+    'exit_reason start_timeout (exit status 3): rendezvous at ...'
     >>> testbed_run_problem({"timed_out": False, "result": "exit-code", "exit_status": 1}, {})
     'no summary.json (unit result exit-code, exit status 1)'
     >>> testbed_run_problem({"timed_out": "True"}, {"complete": False, "exit_reason": "signal"}, 60)
     'still running after the 60 s timeout, stopped (exit_reason signal)'
+    >>> stopped = {"timed_out": False, "exit_status": 0, "stopped_for": ["peer-02"]}
+    >>> testbed_run_problem(stopped, {"complete": False, "exit_reason": "signal"})
+    'stopped because peer-02 failed (exit_reason signal)'
     """
     timed_out = str(outcome.get("timed_out", False)).lower() == "true"
     status = f"exit status {outcome.get('exit_status', '?')}"
+    reason = (summary or {}).get("exit_reason", "no summary.json")
     if timed_out:
-        reason = (summary or {}).get("exit_reason", "no summary.json")
         return f"still running after the {timeout} s timeout, stopped (exit_reason {reason})"
+    stopped_for = outcome.get("stopped_for") or []
+    if isinstance(stopped_for, str):  # a list that came through a template as its text
+        stopped_for = ast.literal_eval(stopped_for) if stopped_for.lstrip().startswith("[") else [stopped_for]
+    if stopped_for and not (summary or {}).get("complete", False):
+        return f"stopped because {', '.join(stopped_for)} failed (exit_reason {reason})"
     if not summary:
         return f"no summary.json (unit result {outcome.get('result', '?')}, {status})"
     if not summary.get("complete", False):
-        return f"exit_reason {summary.get('exit_reason', '?')} ({status})"
+        detail = summary.get("exit_detail")
+        return f"exit_reason {reason} ({status})" + (f": {detail}" if detail else "")
     return ""
 
 
@@ -123,6 +162,7 @@ class FilterModule:
             "testbed_unit_state": testbed_unit_state,
             "testbed_progress_line": testbed_progress_line,
             "testbed_run_problem": testbed_run_problem,
+            "testbed_failed_hosts": testbed_failed_hosts,
             "testbed_run_problems": testbed_run_problems,
             "testbed_join_multiaddr": testbed_join_multiaddr,
         }
