@@ -1,6 +1,6 @@
 """The README's example output, from a fresh run of `make demo` on this machine.
 
-    .venv/bin/python scripts/readme_example.py --run        # time `make demo`, then write its output into README
+    .venv/bin/python scripts/readme_example.py --run      # time `make demo`, write its output into README
     .venv/bin/python scripts/readme_example.py --results results/<experiment_id> --seconds 260 --cluster warm
 
 The block between the README's ``demo-output`` markers is written from the run's records (experiment.json and
@@ -64,9 +64,9 @@ def summary_lines(results: Path) -> tuple[list[str], dict]:
 def elide(lines: list[str], peers: int) -> list[str]:
     """The table with the peers between the first and last KEEP replaced by one ``...`` line.
 
-    >>> rows = ["Experiment x", "header"] + [f"peer-0{i} ..." for i in range(1, 7)] + ["bound: compute"]
+    >>> rows = ["Experiment x", "header"] + [f"peer-0{i} ..." for i in range(1, 7)] + ["bound"]
     >>> elide(rows, 6)
-    ['Experiment x', 'header', 'peer-01 ...', 'peer-02 ...', '...', 'peer-05 ...', 'peer-06 ...', 'bound: compute']
+    ['Experiment x', 'header', 'peer-01 ...', 'peer-02 ...', '...', 'peer-05 ...', 'peer-06 ...', 'bound']
     """
     rows = [i for i, line in enumerate(lines) if re.match(r"peer-\d+\s", line)]
     if peers <= 2 * KEEP + 1 or len(rows) != peers:
@@ -78,9 +78,10 @@ def elide(lines: list[str], peers: int) -> list[str]:
 def caption(experiment: dict, seconds: float, cluster: str, when: datetime.date) -> str:
     dilation = float(experiment.get("time_dilation") or 1.0)
     minutes, rest = divmod(round(seconds), 60)
+    factor = f"D = {dilation:.2f}" if dilation > 1 else "undilated"
     return (
         f"A run on this machine ({when.isoformat()}, {os.cpu_count()} cores, {cpu_model()}, "
-        f"{'D = ' + format(dilation, '.2f') if dilation > 1 else 'undilated'}): {minutes} min {rest:02d} s from "
+        f"{factor}): {minutes} min {rest:02d} s from "
         f"the command to the summary, the images built and the cluster {cluster}. Times and rates are the "
         "modelled machine's (measured / D)."
     )

@@ -70,5 +70,6 @@ def test_the_readme_shows_a_generated_block():
     text = (REPO / "README.md").read_text()
     assert text.count(readme_example.START) == 1 and text.count(readme_example.END) == 1
     block = text.split(readme_example.START)[1].split(readme_example.END)[0]
-    assert re.search(r"A run on this machine \(\d{4}-\d\d-\d\d, \d+ cores, .*\): \d+ min \d\d s from the", block)
+    caption = r"A run on this machine \(\d{4}-\d\d-\d\d, \d+ cores, .*\): \d+ min \d\d s from the"
+    assert re.search(caption, block), block
     assert "\n```\nExperiment " in block

@@ -245,9 +245,10 @@ def test_a_collective_run_whose_rank_fails_stops_at_once_naming_it(vms):
     assert waits and max(waits) < 60, said[-4000:]
     assert "peer-01: stopped because peer-02 failed" in said, said[-4000:]
     experiment = read_json(REPO / "results" / run / "experiment.json")
-    assert experiment["complete"] is False and "stopped because peer-02 failed" in experiment[
-        "incomplete_reason"
-    ], experiment["incomplete_reason"]
+    assert (
+        experiment["complete"] is False
+        and "stopped because peer-02 failed" in experiment["incomplete_reason"]
+    ), experiment["incomplete_reason"]
 
 
 def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
@@ -399,8 +400,11 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         as_root = root_run.result()
     for done, says in (
         (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
-        (as_root, r'root@10\.89\.74\.\d+ refuses this login and says to log in as the user "debian" .*'
-                  r"set ansible_user \(Terraform ssh_user\) to debian"),
+        (
+            as_root,
+            r'root@10\.89\.74\.\d+ refuses this login and says to log in as the user "debian" .*'
+            r"set ansible_user \(Terraform ssh_user\) to debian",
+        ),
         (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
         (gone, rf"peer-02: cannot reach debian@{SUBNET}\.199 .*check that it runs"),
     ):
