@@ -389,7 +389,7 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     )
     # the three runs at once: each stops in its first play, most of it waiting on SSH (the unreachable host's
     # connection timeout), so one after another they waited about 40 s at half a core
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         key_run = pool.submit(
             run_playbook, "experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
             "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, timeout=300,
@@ -398,11 +398,16 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         )  # fmt: skip
         sudo_run = pool.submit(vms.playbook, "vm-bad-sudo", "-e", "ansible_user=nosudo")
         host_run = pool.submit(vms.playbook, "vm-bad-host", inventory=unreachable)
+        # an apt proxy nobody answers at (the controller's address, a closed port)
+        proxy_run = pool.submit(vms.playbook, "vm-bad-proxy", "-e", f"apt_source_proxy=http://{SUBNET}.1:9")
         wrong_key, no_sudo, gone = key_run.result(), sudo_run.result(), host_run.result()
+        bad_proxy = proxy_run.result()
     for done, says in (
         (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
         (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
         (gone, rf"peer-02: cannot reach debian@{SUBNET}\.199 .*check that it runs"),
+        (bad_proxy, rf"apt_source: peer-0[12] cannot fetch the package lists through proxy http://{SUBNET}\.1:9 "
+                    r"\(.+\): check apt_source_proxy / apt_source_mirror in the inventory"),
     ):
         said = " ".join(done.output.split())  # the messages as one line (the YAML output folds them)
         found = re.search(says, said)
@@ -410,7 +415,7 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         assert done.returncode != 0
         assert found, done.output[-4000:]
         assert "PLAY [Close every host by default" not in done.output  # nothing was set up or started
-    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host"):
+    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host", "vm-bad-proxy"):
         assert not (REPO / "results" / run).exists(), run
     assert first.read_bytes() == before  # results already written are untouched
 
