@@ -15,7 +15,13 @@
 #              STANDIN_CLOUD_IMAGE=1: behave as Debian's cloud image does after its first boot (root's login refused
 #              with the image's message, the host name resolving to 127.0.1.1 in /etc/hosts, and a first-boot job
 #              holding dpkg's lock for STANDIN_FIRST_BOOT_SECONDS, default 45, after sshd is up, as cloud-init's
-#              package installs and unattended-upgrades do).
+#              package installs and unattended-upgrades do),
+#              STANDIN_OFFLINE=1: the hosts open no connection beyond their network but to this machine (its address
+#              on the network, .1), as VMs without internet whose site runs a package proxy there; replies to
+#              connections from outside still pass,
+#              STANDIN_BASTION=1: the hosts reached only through a bastion (a host `bastion` at .9 with the same user
+#              and key, written to hosts.tfvars.json as ssh_bastion): this machine's own SSH to the other hosts is
+#              refused, as from a controller outside the cluster network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/images/containers.conf}
@@ -27,10 +33,20 @@ cloud_image=${STANDIN_CLOUD_IMAGE:-0}
 first_boot_seconds=${STANDIN_FIRST_BOOT_SECONDS:-45}
 vcpus=${STANDIN_VCPUS:-1}
 memory_mb=${STANDIN_MEMORY_MB:-4096}
+offline=${STANDIN_OFFLINE:-0}
+bastion=${STANDIN_BASTION:-0}
 base_image=localhost/testbed-base:bookworm
 label=testbed.standin=$prefix
 
 log() { echo "[standin-vms] $*" >&2; }
+
+# STANDIN_OFFLINE's rule: new connections from the hosts to anything outside their /24 refused (this machine's
+# own address on it is their gateway, reached through INPUT, not FORWARD)
+offline_rule=(FORWARD -s "$subnet_prefix.0/24" ! -d "$subnet_prefix.0/24" -m conntrack --ctstate NEW
+  -m comment --comment "testbed standin $network offline" -j REJECT)
+# STANDIN_BASTION's rule: this machine's SSH to every host but the bastion refused
+bastion_rule=(OUTPUT -d "$subnet_prefix.0/24" ! -d "$subnet_prefix.9" -p tcp --dport 22
+  -m comment --comment "testbed standin $network bastion" -j REJECT --reject-with tcp-reset)
 
 down() {
   local names
@@ -38,6 +54,8 @@ down() {
   # shellcheck disable=SC2086  # one name per word
   [ -z "$names" ] || podman rm --force --time 0 $names >/dev/null
   podman network rm --force "$network" >/dev/null 2>&1 || true
+  while iptables -D "${offline_rule[@]}" 2>/dev/null; do :; done
+  while iptables -D "${bastion_rule[@]}" 2>/dev/null; do :; done
   log "removed ${names:-no containers} and network $network"
 }
 
@@ -91,6 +109,7 @@ up() {
   podman network create --subnet "$subnet_prefix.0/24" "$network" >/dev/null
   local hosts=(monitor) index
   for index in $(seq 1 "$peers"); do hosts+=("$(printf 'peer-%02d' "$index")"); done
+  [ "$bastion" != 1 ] || hosts+=(bastion)
   local host address mounts=(-v "$(scripts/cgroup-volume.sh)") hosts_option=()
   # a cloud image writes its own /etc/hosts (contextualize); podman's would map the name to the address
   [ "$cloud_image" != 1 ] || hosts_option=(--no-hosts)
@@ -109,14 +128,20 @@ up() {
   local pids=()
   for host in "${hosts[@]}"; do contextualize "$prefix$host" "$key" "$host" & pids+=($!); done
   for index in "${!pids[@]}"; do wait "${pids[$index]}" || { log "contextualizing ${hosts[$index]} failed"; exit 1; }; done
+  # the image is made (openssh-server came from the archive); from here on the hosts are offline
+  [ "$offline" != 1 ] || iptables -I "${offline_rule[@]}"
+  [ "$bastion" != 1 ] || iptables -I "${bastion_rule[@]}"
   write_tfvars "$dir/hosts.tfvars.json" "$peers"
   local as_cloud=""
   [ "$cloud_image" != 1 ] || as_cloud=", as a cloud image (root refused, name on 127.0.1.1, dpkg locked ${first_boot_seconds} s)"
+  [ "$offline" != 1 ] || as_cloud="$as_cloud, without internet (only $subnet_prefix.1 beyond the network)"
+  [ "$bastion" != 1 ] || as_cloud="$as_cloud, SSH only through the bastion $user@$subnet_prefix.9"
   log "up: ${hosts[*]} on $network ($subnet_prefix.0/24), user $user, key $dir/id_ed25519$as_cloud"
 }
 
 standin_address() {
   case $1 in
+    bastion) echo "$subnet_prefix.9" ;;
     monitor) echo "$subnet_prefix.10" ;;
     peer-*) echo "$subnet_prefix.$((100 + 10#${1#peer-}))" ;;
   esac
@@ -131,7 +156,8 @@ write_tfvars() {
     host=$(printf 'peer-%02d' "$index")
     entries+=("{\"name\": \"$host\", \"ansible_host\": \"$(standin_address "$host")\", \"cluster_address\": \"$(standin_address "$host")\", \"vcpus\": $vcpus, \"memory_mb\": $memory_mb}")
   done
-  local joined ports
+  local joined ports jump=null
+  [ "$bastion" != 1 ] || jump="\"$user@$(standin_address bastion)\""
   joined=$(IFS=,; echo "${entries[*]}")
   # the testbed's ports: the local inventory's testbed_ports, their one list on this machine
   ports=$(python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))["testbed_ports"]))' \
@@ -141,6 +167,7 @@ write_tfvars() {
   "ssh_user": "$user",
   "cluster_cidr": "$subnet_prefix.0/24",
   "admin_cidrs": ["192.0.2.0/24"],
+  "ssh_bastion": $jump,
   "ports": $ports,
   "peers": [$joined],
   "monitor": {"ansible_host": "$(standin_address monitor)", "cluster_address": "$(standin_address monitor)", "vcpus": $vcpus, "memory_mb": $memory_mb}

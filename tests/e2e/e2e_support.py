@@ -194,3 +194,99 @@ def port_scan(via: list[str], addresses: list[str], out: Path) -> dict[str, dict
             for extra in host.iter("extraports"):  # the ports nmap counted rather than listed
                 ports[f"{extra.get('count')} more/{proto}"] = extra.get("state")
     return found
+
+
+# ------------------------------------------------------------------ a site's package proxy
+@dataclass
+class ProxyLog:
+    url: str
+    requests: list[str]  # "GET http://..." and "CONNECT host:443", as they came
+
+
+@contextlib.contextmanager
+def forward_proxy(address: str) -> Iterator[ProxyLog]:
+    """An HTTP forward proxy on ``address`` (a port of its own), as a site's apt-cacher-ng or squid would be
+    to VMs without internet: plain GETs are fetched and passed on whole, CONNECT is tunnelled (https
+    sources). Yields its URL and the requests it served, for the test to count."""
+    import http.client
+    import http.server
+    import select
+    import threading
+    from urllib.parse import urlsplit
+
+    log = ProxyLog("", [])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # apt keeps its connection to the proxy open
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            log.requests.append(f"{self.command} {self.path}")
+            url = urlsplit(self.path)
+            if url.scheme != "http" or not url.hostname:
+                self.send_error(400, "absolute http:// URL expected")
+                return
+            upstream = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=60)
+            try:
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("proxy-connection", "connection")
+                }
+                upstream.request(
+                    self.command, url.path + (f"?{url.query}" if url.query else ""), headers=headers
+                )
+                answer = upstream.getresponse()
+                body = answer.read()
+            except OSError as error:
+                self.send_error(502, f"upstream: {error}")
+                return
+            finally:
+                upstream.close()
+            self.send_response(answer.status, answer.reason)
+            for key, value in answer.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length", "keep-alive"):
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def do_CONNECT(self) -> None:
+            log.requests.append(f"CONNECT {self.path}")
+            host, _, port = self.path.rpartition(":")
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=60)
+            except (OSError, ValueError) as error:
+                self.send_error(502, f"upstream: {error}")
+                return
+            self.send_response(200, "Connection established")
+            self.end_headers()
+            ends = [self.connection, upstream]
+            with upstream:
+                while True:
+                    readable, _, _ = select.select(ends, [], [], 60)
+                    if not readable:
+                        break
+                    for end in readable:
+                        data = end.recv(65536)
+                        if not data:
+                            self.close_connection = True
+                            return
+                        (upstream if end is self.connection else self.connection).sendall(data)
+            self.close_connection = True
+
+    server = http.server.ThreadingHTTPServer((address, 0), Handler)
+    server.daemon_threads = True
+    log.url = f"http://{address}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield log
+    finally:
+        server.shutdown()
+        server.server_close()

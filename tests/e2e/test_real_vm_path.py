@@ -5,8 +5,11 @@ trainer's dependencies from a wheelhouse built for the hosts' platform.
 The hosts are scripts/standin-vms.sh's containers: the bare base image plus openssh-server, the cloud image's
 `debian` user with passwordless sudo and an authorized key, nothing of the testbed, and what Debian's cloud
 image does besides (STANDIN_CLOUD_IMAGE): root's login refused with the image's message, the host name on
-127.0.1.1, dpkg's lock held by a first-boot job after sshd is up. One bring-up and one first run serve every
-test here; the later runs, the scan and the bad inputs reuse them (docs/real-vms.md).
+127.0.1.1, dpkg's lock held by a first-boot job after sshd is up. As a cloud's VMs seen from outside, they
+have no internet (the archive only through a package proxy the test runs on this machine, STANDIN_OFFLINE)
+and this machine reaches them only through a bastion (STANDIN_BASTION, Terraform's ssh_bastion). One
+bring-up and one first run serve every test here; the later runs, the scan and the bad inputs reuse them
+(docs/real-vms.md).
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from e2e_support import icmp_unlimited, outside_namespace, port_scan, read_json, run_playbook
+from e2e_support import forward_proxy, icmp_unlimited, outside_namespace, port_scan, read_json, run_playbook
 from shared_cluster import BIN, REPO, environment
 
 from controller.wheelhouse import Target
@@ -30,6 +34,7 @@ from controller.wheelhouse import Target
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.stand_in_vms]
 
 PREFIX, NETWORK, SUBNET = "testbed-vmtest-", "testbed-vmtest", "10.89.74"
+BASTION = f"{SUBNET}.9"  # the only host this machine's SSH reaches (STANDIN_BASTION)
 HOSTS = {"peer-01": f"{SUBNET}.101", "peer-02": f"{SUBNET}.102", "monitor": f"{SUBNET}.10"}
 # small and quick, as tests/e2e/test_local_cluster.py's FAST; undilated (real VMs are)
 RUN = {
@@ -79,10 +84,21 @@ class Cluster:
             "STANDIN_SUBNET_PREFIX": SUBNET,
             "STANDIN_CLOUD_IMAGE": "1",
             "STANDIN_FIRST_BOOT_SECONDS": "45",
+            "STANDIN_OFFLINE": "1",
+            "STANDIN_BASTION": "1",
         }
         self.runs: dict[str, tuple[int, str, float]] = {}
-        # the stand-ins' host keys in a file of the test's (the inventory's accept-new stays as it is)
-        self.known_hosts = f"ansible_ssh_extra_args='-o UserKnownHostsFile={work / 'known_hosts'}'"
+        self.apt_proxy = ""  # the site's package proxy, on the controller (the fixture starts it)
+        # SSH's own configuration, as a user's ~/.ssh/config: the bastion's key (ProxyJump does not pass
+        # --private-key on to the jump) and the stand-ins' host keys in a file of the test's (the inventory's
+        # accept-new stays as it is)
+        self.ssh_config = work / "ssh_config"
+        self.ssh_config.write_text(
+            f"Host {BASTION}\n  User debian\n  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
+            f"Host *\n  UserKnownHostsFile {work / 'known_hosts'}\n  StrictHostKeyChecking accept-new\n"
+            "  BatchMode yes\n"
+        )
+        self.known_hosts = f"ansible_ssh_extra_args='-F {self.ssh_config}'"
 
     def standin(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(REPO / "scripts" / "standin-vms.sh"), *args], cwd=REPO, env=self.env,
@@ -90,7 +106,8 @@ class Cluster:
 
     def ssh(self, host: str, command: str, user: str = "debian", key: Path | None = None):
         return subprocess.run(
-            ["ssh", "-i", str(key or self.key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            ["ssh", "-F", str(self.ssh_config), "-J", f"debian@{BASTION}", "-i", str(key or self.key),
+             "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
              "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={self.work / 'known_hosts'}",
              f"{user}@{HOSTS[host]}", command],
             capture_output=True, text=True, timeout=60, check=False,
@@ -99,7 +116,8 @@ class Cluster:
     def playbook(self, experiment_id: str, *extra: str, inventory: Path | None = None, **values):
         """experiment.yml over SSH with the rendered inventory and the stand-ins' key."""
         args = ["-i", str(inventory or self.inventory), "--private-key", str(self.key),
-                "-e", json.dumps({**RUN, "experiment_id": experiment_id, **values}),
+                "-e", json.dumps({**RUN, "apt_source_proxy": self.apt_proxy, "experiment_id": experiment_id,
+                                  **values}),
                 # the stand-ins' host keys in a file of the test's (the inventory's accept-new stays as it is)
                 "-e", self.known_hosts, *extra]  # fmt: skip
         started = time.monotonic()
@@ -151,10 +169,22 @@ def vms(tmp_path_factory):
             assert cluster.ssh(host, "getent hosts $(hostname)").stdout.split()[:1] == ["127.0.1.1"], host
             as_root = cluster.ssh(host, "id -u", user="root")
             assert as_root.returncode == 142 and 'login as the user "debian"' in as_root.stdout, as_root
+        # without internet: the archive is out of reach but through the site's proxy
+        direct = cluster.ssh(
+            "peer-01", "python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), 10)'"
+        )
+        assert direct.returncode != 0 and "Error" in direct.stderr, direct
+        # outside the cluster network: this machine's SSH reaches the hosts only through the bastion
+        for host, address in HOSTS.items():
+            with socket.socket() as sock:
+                sock.settimeout(5)
+                assert sock.connect_ex((address, 22)) != 0, f"{host}: SSH reached without the bastion"
         cluster.rendered = _render_inventory(cluster)
         cluster.first = "vm-first-" + time.strftime("%Y%m%dT%H%M%S")
-        cluster.playbook(cluster.first)
-        yield cluster
+        with forward_proxy(f"{SUBNET}.1") as proxy:
+            cluster.apt_proxy, cluster.proxied = proxy.url, proxy.requests
+            cluster.playbook(cluster.first)
+            yield cluster
     finally:
         for run in cluster.runs:
             shutil.rmtree(REPO / "results" / run, ignore_errors=True)
@@ -183,6 +213,12 @@ def test_the_playbook_sets_up_bare_hosts_over_ssh_and_trains(vms):
     assert (
         'ansible_user: "debian"' in vms.rendered and 'testbed_admin_cidrs: ["192.0.2.0/24"]' in vms.rendered
     )
+    assert f'testbed_ssh_bastion: "debian@{BASTION}"' in vms.rendered, vms.rendered
+    # the hosts reach no archive themselves: every package list and package came through the site's proxy
+    fetched = [request for request in vms.proxied if "debian.org" in request]
+    print(f"apt through the site's proxy: {len(fetched)} requests, e.g. {fetched[:2]}")
+    assert any("/Packages" in request or "InRelease" in request for request in fetched), vms.proxied[:20]
+    assert any(request.endswith(".deb") for request in fetched), vms.proxied[:20]
     results = REPO / "results" / vms.first
     experiment = read_json(results / "experiment.json")
     assert experiment["complete"] is True, experiment["incomplete_reason"]
@@ -387,9 +423,8 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     (unreachable / "hosts.yml").write_text(
         text.replace(f'ansible_host: "{HOSTS["peer-02"]}"', f'ansible_host: "{SUBNET}.199"')
     )
-    # the three runs at once: each stops in its first play, most of it waiting on SSH (the unreachable host's
-    # connection timeout), so one after another they waited about 40 s at half a core
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    # the runs at once: each stops in its first plays, most of it waiting on SSH (the reach timeout)
+    with ThreadPoolExecutor(max_workers=6) as pool:
         key_run = pool.submit(
             run_playbook, "experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
             "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, timeout=300,
@@ -398,11 +433,36 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         )  # fmt: skip
         sudo_run = pool.submit(vms.playbook, "vm-bad-sudo", "-e", "ansible_user=nosudo")
         host_run = pool.submit(vms.playbook, "vm-bad-host", inventory=unreachable)
+        # an apt proxy nobody answers at (the controller's address, a closed port)
+        proxy_run = pool.submit(vms.playbook, "vm-bad-proxy", "-e", f"apt_source_proxy=http://{SUBNET}.1:9")
+        # a bastion nobody answers at; root, whose login the cloud image refuses
+        bastion_run = pool.submit(
+            vms.playbook, "vm-bad-bastion", "-e", f"testbed_ssh_bastion=debian@{SUBNET}.199"
+        )
+        root_run = pool.submit(vms.playbook, "vm-bad-user", "-e", "ansible_user=root")
         wrong_key, no_sudo, gone = key_run.result(), sudo_run.result(), host_run.result()
+        bad_proxy, bad_bastion, as_root = proxy_run.result(), bastion_run.result(), root_run.result()
     for done, says in (
         (wrong_key, r"peer-0[12]: debian@10\.89\.74\.10[12] refused the key: log in with the key"),
         (no_sudo, r"nosudo@10\.89\.74\.\d+ cannot become root .*passwordless sudo"),
-        (gone, rf"peer-02: cannot reach debian@{SUBNET}\.199 .*check that it runs"),
+        (
+            gone,
+            rf"peer-02: the bastion debian@{SUBNET}\.9 cannot reach debian@{SUBNET}\.199 "
+            r".*check that it runs",
+        ),
+        (
+            bad_bastion,
+            rf"peer-0[12]: cannot log in to the bastion debian@{SUBNET}\.199 .*check testbed_ssh_bastion",
+        ),
+        (
+            as_root,
+            rf'peer-0[12]: root@{SUBNET}\.10[12] refuses this login and says to log in as the user "debian"',
+        ),
+        (
+            bad_proxy,
+            rf"apt_source: peer-0[12] cannot fetch the package lists through proxy http://{SUBNET}\.1:9 "
+            r"\(.+\): check apt_source_proxy / apt_source_mirror in the inventory",
+        ),
     ):
         said = " ".join(done.output.split())  # the messages as one line (the YAML output folds them)
         found = re.search(says, said)
@@ -410,7 +470,7 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         assert done.returncode != 0
         assert found, done.output[-4000:]
         assert "PLAY [Close every host by default" not in done.output  # nothing was set up or started
-    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host"):
+    for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host", "vm-bad-proxy", "vm-bad-bastion", "vm-bad-user"):
         assert not (REPO / "results" / run).exists(), run
     assert first.read_bytes() == before  # results already written are untouched
 
@@ -428,8 +488,8 @@ def test_no_port_is_open_from_outside_and_the_controller_still_connects(vms, tmp
         assert set(ports.values()) == {"closed"}, (address, ports)
     for host in HOSTS:
         ssh_rules = vms.ssh(host, "sudo iptables -S TESTBED | grep -- '--dport 22'").stdout.splitlines()
-        # the admin network, and the controller's address (the podman network's gateway) from SSH_CLIENT
-        assert sorted(rule.split()[3] for rule in ssh_rules) == sorted(["192.0.2.0/24", f"{SUBNET}.1/32"]), (
+        # the admin network, and the address the controller's SSH came from (SSH_CLIENT): the bastion's
+        assert sorted(rule.split()[3] for rule in ssh_rules) == sorted(["192.0.2.0/24", f"{BASTION}/32"]), (
             ssh_rules
         )
         assert vms.ssh(host, "echo in").stdout.strip() == "in", host

@@ -15,6 +15,7 @@ module "inventory" {
   monitor      = var.monitor
   cluster_cidr = var.cluster_cidr
   ssh_user     = var.ssh_user
+  ssh_bastion  = var.ssh_bastion
   admin_cidrs  = var.admin_cidrs
   ports        = var.ports
 }

@@ -19,6 +19,12 @@ variable "ssh_user" {
   type        = string
 }
 
+variable "ssh_bastion" {
+  description = "The stand-ins' bastion (STANDIN_BASTION=1), or null: this machine reaches the hosts directly."
+  type        = string
+  default     = null
+}
+
 variable "admin_cidrs" {
   description = "Networks allowed to SSH; the stand-in's do not hold the controller (the firewall's safety net must keep it in)."
   type        = list(string)
