@@ -44,9 +44,9 @@ log() { echo "[standin-vms] $*" >&2; }
 # own address on it is their gateway, reached through INPUT, not FORWARD)
 offline_rule=(FORWARD -s "$subnet_prefix.0/24" ! -d "$subnet_prefix.0/24" -m conntrack --ctstate NEW
   -m comment --comment "testbed standin $network offline" -j REJECT)
-# STANDIN_BASTION's rule: this machine's SSH to every host but the bastion refused
-bastion_rule=(OUTPUT -d "$subnet_prefix.0/24" ! -d "$subnet_prefix.9" -p tcp --dport 22
-  -m comment --comment "testbed standin $network bastion" -j REJECT --reject-with tcp-reset)
+# STANDIN_BASTION's rules: this machine's SSH to every host but the bastion refused
+bastion_rules=("OUTPUT -d $subnet_prefix.0/24 -p tcp --dport 22 -m comment --comment testbed-standin-$network-bastion -j REJECT --reject-with tcp-reset"
+  "OUTPUT -d $subnet_prefix.9 -p tcp --dport 22 -m comment --comment testbed-standin-$network-bastion -j ACCEPT")
 
 down() {
   local names
@@ -55,7 +55,9 @@ down() {
   [ -z "$names" ] || podman rm --force --time 0 $names >/dev/null
   podman network rm --force "$network" >/dev/null 2>&1 || true
   while iptables -D "${offline_rule[@]}" 2>/dev/null; do :; done
-  while iptables -D "${bastion_rule[@]}" 2>/dev/null; do :; done
+  local rule
+  # shellcheck disable=SC2086  # each rule is its words
+  for rule in "${bastion_rules[@]}"; do while iptables -D $rule 2>/dev/null; do :; done; done
   log "removed ${names:-no containers} and network $network"
 }
 
@@ -110,7 +112,7 @@ up() {
   local hosts=(monitor) index
   for index in $(seq 1 "$peers"); do hosts+=("$(printf 'peer-%02d' "$index")"); done
   [ "$bastion" != 1 ] || hosts+=(bastion)
-  local host address mounts=(-v "$(scripts/cgroup-volume.sh)") hosts_option=()
+  local host address rule mounts=(-v "$(scripts/cgroup-volume.sh)") hosts_option=()
   # a cloud image writes its own /etc/hosts (contextualize); podman's would map the name to the address
   [ "$cloud_image" != 1 ] || hosts_option=(--no-hosts)
   # this machine's CA bundle beside the image's own (not over it: the ca-certificates package rewrites that file),
@@ -130,7 +132,10 @@ up() {
   for index in "${!pids[@]}"; do wait "${pids[$index]}" || { log "contextualizing ${hosts[$index]} failed"; exit 1; }; done
   # the image is made (openssh-server came from the archive); from here on the hosts are offline
   [ "$offline" != 1 ] || iptables -I "${offline_rule[@]}"
-  [ "$bastion" != 1 ] || iptables -I "${bastion_rule[@]}"
+  if [ "$bastion" = 1 ]; then  # inserted in this order: the bastion's ACCEPT above the REJECT
+    # shellcheck disable=SC2086  # each rule is its words
+    for rule in "${bastion_rules[@]}"; do iptables -I $rule; done
+  fi
   write_tfvars "$dir/hosts.tfvars.json" "$peers"
   local as_cloud=""
   [ "$cloud_image" != 1 ] || as_cloud=", as a cloud image (root refused, name on 127.0.1.1, dpkg locked ${first_boot_seconds} s)"
