@@ -142,7 +142,8 @@ def test_a_killed_replica_is_dropped_then_restarted_and_healed(tmp_path, lightho
     # the restarted replica: healed from a peer (its state's bytes counted), steps numbered on, one summary
     (rejoin,) = [json.loads(line) for line in (victim.results / REJOINS_FILE).read_text().splitlines()]
     assert rejoin["incarnation"] == 2 and rejoin["steps_before"] == steps_before, rejoin
-    assert rejoin["state_download_bytes"] > 0 and rejoin["state_download_seconds"] >= 0, rejoin
+    # the checkpoint from a peer arrives within the run's averaging timeout (30 s, the collectives' bound)
+    assert rejoin["state_download_bytes"] > 0 and 0 <= rejoin["state_download_seconds"] < 30, rejoin
     steps = read_steps(victim.results)
     assert [row["step"] for row in steps] == list(range(1, len(steps) + 1)), "steps numbered on"
     summary = read_summary(victim.results)
