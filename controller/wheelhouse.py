@@ -13,14 +13,18 @@ requirements or of the target gives a new one, and an unchanged one is reused):
 3. build those into wheels; each must come out pure Python (``py3-none-any``), which installs anywhere;
 4. ``pip download --no-deps --only-binary=:all:`` every package of step 1 for the target (``--platform``,
    ``--python-version``, ``--implementation cp``, ``--abi``), the pure wheels of step 3 found with
-   ``--find-links``.
+   ``--find-links``, and the installer the hosts run: uv, at the controller's uv version.
+
+The hosts install with uv, not pip: uv unpacks each wheel once into its cache and hard-links the venv's files
+to it, so a host's disk holds the venv once while it installs (pip keeps every downloaded wheel until the
+end, the wheels' size again, 3 GB for CUDA torch).
 
 The index is pip's (``pip config list``, read for uv as ``scripts/uv_pip_install.py`` does); ``--pip-args``
 go to both resolvers, so they must be options pip and uv share (``--index-url``, ``--extra-index-url``,
 ``--find-links``).
 
-The result is the directory ``wheels/`` that the role ships with rsync (``ansible.posix.synchronize``:
-one stream over the inventory's SSH settings, nothing sent again that the host already has).
+The result is the directory ``wheels/``; the role ships it to one host with rsync, which serves it to the
+others over the cluster network while they install (roles/trainer/tasks/wheelhouse.yml).
 ``python -m controller.wheelhouse --help``; the role prints its JSON answer.
 """
 
@@ -140,6 +144,18 @@ def uv_command() -> str:
     return found
 
 
+def installer(version_output: str) -> str:
+    """The hosts' installer requirement from what ``uv --version`` printed on the controller.
+
+    >>> installer("uv 0.13.9 (x86_64-unknown-linux-gnu)")
+    'uv==0.13.9'
+    """
+    match = re.fullmatch(r"uv ([0-9][0-9A-Za-z.]*)(?: .*)?", version_output.strip())
+    if not match:
+        raise SystemExit(f"wheelhouse: cannot read uv's version from `uv --version`: {version_output!r}")
+    return f"uv=={match.group(1)}"
+
+
 def pip_index() -> tuple[list[str], dict[str, str]]:
     """pip's index settings of this machine as uv's options and environment (scripts/uv_pip_install.py)."""
     spec = importlib.util.spec_from_file_location("uv_pip_install", _REPO / "scripts" / "uv_pip_install.py")
@@ -185,8 +201,11 @@ def build(
     """Build (or find) the wheelhouse for ``target``; returns what the role needs to ship it. ``pip_args``
     (e.g. ``--index-url`` of a CPU-only torch index) go to the resolver and the download."""
     pip = pip or [sys.executable, "-m", "pip"]
+    uv = uv_command()
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout
+    tool = installer(version)
     text = requirements.read_text()
-    directory = root / target.name(text, pip_args)
+    directory = root / target.name(f"{text}\n{tool}", pip_args)
     wheels = directory / "wheels"
     built = not (directory / ".complete").is_file()
     if built:
@@ -195,7 +214,7 @@ def build(
         resolved = directory / "resolved.txt"
         index, index_env = pip_index()
         _run(
-            resolve_command(uv_command(), requirements, resolved, target, index, list(pip_args)),
+            resolve_command(uv, requirements, resolved, target, index, list(pip_args)),
             f"resolving the requirements for {target}",
             env={**os.environ, **index_env},
         )
@@ -216,6 +235,11 @@ def build(
             download_command(pip, resolved, wheels, target, pip_args),
             f"downloading the wheels for {target}",
         )
+        (directory / "installer.txt").write_text(tool + "\n")
+        _run(
+            download_command(pip, directory / "installer.txt", wheels, target, pip_args),
+            f"downloading the installer ({tool}) for {target}",
+        )
         (directory / ".complete").write_text(text)
     paths = sorted(wheels.glob("*.whl"))
     names = [path.name for path in paths]
@@ -224,7 +248,8 @@ def build(
         "built": built,
         "target": {"python": target.python, "glibc": target.glibc, "arch": target.arch, "abi": target.abi},
         "wheels": len(names),
-        # the host's disk needs both while it installs: the shipped wheels and what they unpack to
+        "installer": tool,
+        # what is shipped (to one host) and what it unpacks to (on every host)
         "bytes": sum(path.stat().st_size for path in paths),
         "installed_bytes": sum(installed_bytes(path) for path in paths),
         "tags": sorted({"-".join(name[: -len(".whl")].split("-")[-3:]) for name in names}),

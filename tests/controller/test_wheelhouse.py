@@ -15,6 +15,7 @@ from controller.wheelhouse import (
     Target,
     download_command,
     installed_bytes,
+    installer,
     main,
     pip_index,
     resolve_command,
@@ -160,3 +161,15 @@ def test_what_a_wheel_unpacks_to_is_read_from_its_archive(tmp_path):
         archive.writestr("demo-1.0.dist-info/METADATA", "Name: demo\n")
     assert installed_bytes(wheel) == 60_000 + len("Name: demo\n")
     assert wheel.stat().st_size < installed_bytes(wheel) / 10
+
+
+def test_the_hosts_install_with_the_controllers_uv_version(tmp_path):
+    """The installer shipped in the wheelhouse is uv at the version that ``uv --version`` names on the
+    controller; an answer that names no version stops the build with one message."""
+    assert installer("uv 0.13.9 (x86_64-unknown-linux-gnu)\n") == "uv==0.13.9"
+    assert installer("uv 0.14.0") == "uv==0.14.0"
+    with pytest.raises(SystemExit, match="cannot read uv's version"):
+        installer("error: unknown command\n")
+    # the version of this machine's uv reads (the role ships it to the hosts)
+    version = subprocess.run([uv_command(), "--version"], capture_output=True, text=True).stdout
+    assert installer(version).startswith("uv==0.")

@@ -15,6 +15,7 @@ bring-up and one first run serve every test here; the later runs, the scan and t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -27,7 +28,7 @@ import pytest
 from e2e_support import forward_proxy, icmp_unlimited, outside_namespace, port_scan, read_json, run_playbook
 from shared_cluster import BIN, REPO, environment
 
-from controller.wheelhouse import Target
+from controller.wheelhouse import Target, installer, uv_command
 
 # stand_in_vms: `make test` runs this file beside the local cluster's tests (its own containers, network and
 # outside namespace), see the Makefile
@@ -35,10 +36,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.stand_in_vms]
 
 PREFIX, NETWORK, SUBNET = "testbed-vmtest-", "testbed-vmtest", "10.89.74"
 BASTION = f"{SUBNET}.9"  # the only host this machine's SSH reaches (STANDIN_BASTION)
-HOSTS = {"peer-01": f"{SUBNET}.101", "peer-02": f"{SUBNET}.102", "monitor": f"{SUBNET}.10"}
+# the stand-ins' peers: 2 in CI; TESTBED_STANDIN_PEERS=8 for the measurement of docs/real-vms.md (each host
+# about 6 GB of disk)
+PEERS = int(os.environ.get("TESTBED_STANDIN_PEERS", "2"))
+HOSTS = {**{f"peer-{i:02d}": f"{SUBNET}.{100 + i}" for i in range(1, PEERS + 1)}, "monitor": f"{SUBNET}.10"}
 # small and quick, as tests/e2e/test_local_cluster.py's FAST; undilated (real VMs are)
 RUN = {
-    "peers": 2,
+    "peers": PEERS,
     "dataset_storage": "local",
     "trainer_dependency_source": "wheelhouse",
     "grafana_install": False,  # Grafana's apt repository is out of reach here
@@ -160,7 +164,7 @@ def _render_inventory(cluster: Cluster) -> str:
 def vms(tmp_path_factory):
     """Bare stand-ins up, their inventory rendered, and the first run over SSH; removed at the end."""
     cluster = Cluster(tmp_path_factory.mktemp("vms"))
-    up = cluster.standin("up", "2", str(cluster.work))
+    up = cluster.standin("up", str(PEERS), str(cluster.work))
     try:
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         # bare: nothing of the testbed inside
@@ -256,7 +260,7 @@ def test_the_playbook_sets_up_bare_hosts_over_ssh_and_trains(vms):
 def test_the_first_run_waited_for_the_first_boots_dpkg_lock(vms):
     _, output, _ = vms.runs[vms.first]
     said = " ".join(output.split())  # "waited for the first boot: peer-01: dpkg's lock 34 s; ..."
-    lock = r"(?:peer-0[12]|monitor): dpkg'{1,2}s lock (\d+) s"
+    lock = r"(?:peer-\d+|monitor): dpkg'{1,2}s lock (\d+) s"
     waited = [int(seconds) for seconds in re.findall(lock, said)]
     print("dpkg's lock waited for, per host:", waited)
     assert len(waited) == len(HOSTS) and max(waited) > 0, output[-4000:]
@@ -300,12 +304,22 @@ def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
     _, output, _ = vms.runs[vms.first]
     said = " ".join(output.split())
     assert "wheelhouse for Python 3.11, glibc 2.36, x86_64 (cp311)" in said, output[-3000:]
-    # the wheelhouse the role built, named after the requirements and the target (controller/wheelhouse.py)
-    name = Target().name((REPO / "requirements" / "node.txt").read_text())
+    # the wheelhouse the role built, named after the requirements, the installer and the target
+    # (controller/wheelhouse.py)
+    version = subprocess.run([uv_command(), "--version"], capture_output=True, text=True).stdout
+    requirements = (REPO / "requirements" / "node.txt").read_text()
+    name = Target().name(f"{requirements}\n{installer(version)}")
     directory = Path(re.search(r" wheels in (\S+), tags ", said).group(1))
     assert directory.parent.name == name, directory  # in the user's cache (trainer_wheelhouse_dir)
     wheels = [path.name for path in directory.glob("*.whl")]
     assert any(name.startswith("torch-2.14.1-cp311-cp311-manylinux") for name in wheels), wheels
+    assert any(name.startswith(installer(version).replace("==", "-") + "-") for name in wheels), wheels
+    # shipped to one host only, which served it to the other: both installed with uv
+    shipped = _task_hosts(output, "trainer : Ship the wheelhouse with rsync")
+    assert shipped == ["peer-01"], shipped
+    installed = _task_hosts(output, "trainer : Install the pinned dependencies offline from the wheelhouse")
+    peers = {host for host in HOSTS if host.startswith("peer-")}
+    assert peers <= set(installed) <= set(HOSTS), installed  # every peer (and the DHT node's host, if any)
     for name in wheels:
         python, abi, platform = name[: -len(".whl")].split("-")[-3:]
         assert python.startswith(("cp311", "py3", "py2.py3", "cp3")) and abi in ("cp311", "abi3", "none"), (
@@ -314,15 +328,25 @@ def test_the_wheelhouse_is_built_for_the_hosts_platform(vms):
         glibcs = [int(minor) for minor in re.findall(r"manylinux_2_(\d+)", platform)]
         assert platform == "any" or "x86_64" in platform, name
         assert not glibcs or min(glibcs) <= 36, name  # every wheel runs on Debian 12's glibc 2.36
-    # shipped as one archive and installed offline; nothing of it left on the hosts
-    for host in ("peer-01", "peer-02"):
-        assert vms.ssh(host, "test -e /opt/testbed/wheelhouse; echo $?").stdout.strip() == "1", host
+    # nothing of the wheelhouse, the installer or its cache left on the hosts; the venv's files each once on
+    # the disk (uv's cache, which they were linked from, removed)
+    for host in installed:
+        left = vms.ssh(host, "ls -d /opt/testbed/wheelhouse /opt/testbed/installer 2>/dev/null; true").stdout
+        assert left.strip() == "", (host, left)
+        linked = vms.ssh(host, "find /opt/testbed/venv -type f -links +1 | head -3").stdout
+        assert linked.strip() == "", (host, linked)
         assert (
             "2.14.1"
             in vms.ssh(
                 host, "/opt/testbed/venv/bin/python -c 'import torch; print(torch.__version__)'"
             ).stdout
         )
+
+
+def _task_hosts(output: str, task: str) -> list[str]:
+    """The hosts a task of the playbook's output ran on (skipped hosts are not shown: ansible.cfg)."""
+    text = output.split(f"TASK [{task}]", 1)[1].split("\nTASK [", 1)[0]
+    return sorted(set(re.findall(r"^(?:ok|changed): \[([^\]\s]+)", text, re.MULTILINE)))
 
 
 def _play_text(output: str, prefix: str) -> str:

@@ -271,6 +271,7 @@ variable "ports" {
     data_parallel   = optional(number, 29500)
     netprobe        = optional(number, 5201)
     cross_traffic   = optional(number, 5202)
+    wheelhouse      = optional(number, 5203)
     lighthouse      = optional(number, 29510)
     gloo            = optional(string, "32768:60999")
   })

@@ -64,6 +64,7 @@ run "eight_peers" {
         data_parallel   = 29500
         netprobe        = 5201
         cross_traffic   = 5202
+        wheelhouse      = 5203
         lighthouse      = 29510
         gloo            = "32768:60999"
       }

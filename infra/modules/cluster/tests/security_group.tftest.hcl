@@ -37,12 +37,12 @@ run "rules" {
 
   assert {
     condition = alltrue([
-      for port in ["31337", "9410", "9100", "9090", "3000", "29500", "5201", "5202", "29510", "32768:60999"] : [
+      for port in ["31337", "9410", "9100", "9090", "3000", "29500", "5201", "5202", "5203", "29510", "32768:60999"] : [
         for rule in opennebula_security_group.cluster.rule : { ip = rule.ip, size = rule.size, protocol = rule.protocol, rule_type = rule.rule_type }
         if rule.range == port
       ] == [{ ip = "10.42.0.0", size = "256", protocol = "TCP", rule_type = "INBOUND" }]
     ])
-    error_message = "Hivemind 31337, trainer metrics 9410, node_exporter 9100, Prometheus 9090, Grafana 3000, the DDP rendezvous 29500, the bandwidth probe 5201, cross traffic 5202, the Lighthouse 29510 and gloo's 32768:60999 must each be open by one TCP rule, only to 10.42.0.0/24."
+    error_message = "Hivemind 31337, trainer metrics 9410, node_exporter 9100, Prometheus 9090, Grafana 3000, the DDP rendezvous 29500, the bandwidth probe 5201, cross traffic 5202, the wheelhouse 5203, the Lighthouse 29510 and gloo's 32768:60999 must each be open by one TCP rule, only to 10.42.0.0/24."
   }
 
   assert {
@@ -56,7 +56,7 @@ run "rules" {
   assert {
     condition = sort([
       for rule in opennebula_security_group.cluster.rule : rule.range if rule.rule_type == "INBOUND" && rule.protocol == "TCP"
-    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000", "29500", "5201", "5202", "29510", "32768:60999"])
+    ]) == sort(["22", "22", "31337", "9410", "9100", "9090", "3000", "29500", "5201", "5202", "5203", "29510", "32768:60999"])
     error_message = "Inbound TCP must allow only SSH, the seven service ports and gloo's range."
   }
 

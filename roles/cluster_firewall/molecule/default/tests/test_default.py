@@ -6,7 +6,7 @@ stops. That this holds against a real scan: tests/e2e/test_local_cluster.py (nma
 import pytest
 
 CHAIN = "TESTBED"
-PORTS = "9410,31337,9100,9090,3000,29500,5201,5202,29510,32768:60999"
+PORTS = "9410,31337,9100,9090,3000,29500,5201,5202,5203,29510,32768:60999"
 
 
 @pytest.fixture(scope="module")
