@@ -171,8 +171,19 @@ def peers_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
 
 
 def breakdown_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Per setting: where the step time goes (shares of the step, means over the runs), what bounds its runs
+    (each run's bound, most often first; ``trainer report``'s diagnosis) with the averaging's two parts, the
+    all-reduce itself (communication) and the waiting around it (coordination), and the knob the report
+    names."""
     fields = ["step_ms", "data_share", "compute_share", "averaging_share", "optimizer_local_share"]
     rows = _per_setting(_named(read_csv(report / "breakdown.csv"), labels, "setting"), fields)
+    diagnosed = _named(read_csv(report / "diagnosis.csv"), labels, "setting")
+    parts = {r["setting"]: r for r in _per_setting(diagnosed, ["communication_share", "coordination_share"])}
+    for row in rows:
+        bounds = [r["bound"] for r in diagnosed if r["setting"] == row["setting"]]
+        row["bound"] = ", ".join(sorted(set(bounds), key=lambda b: (-bounds.count(b), b)))
+        row["knob"] = next((r["knob"] for r in diagnosed if r["setting"] == row["setting"]), "")
+        row.update({k: v for k, v in parts.get(row["setting"], {}).items() if k.endswith("_share")})
     return markdown(
         [
             ("setting", "setting"),
@@ -182,55 +193,65 @@ def breakdown_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
             ("compute", "compute_share"),
             ("averaging", "averaging_share"),
             ("optimizer", "optimizer_local_share"),
-        ],
-        rows,
-    )
-
-
-def diagnosis_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
-    """Per setting: what bounds its runs (each run's bound, most often first) and the averaging's two parts,
-    the all-reduce itself (communication) and the waiting around it (coordination)."""
-    rows = _named(read_csv(report / "diagnosis.csv"), labels, "setting")
-    fields = ["communication_share", "coordination_share"]
-    merged = _per_setting(rows, fields)
-    for row in merged:
-        bounds = [r["bound"] for r in rows if r["setting"] == row["setting"]]
-        row["bound"] = ", ".join(sorted(set(bounds), key=lambda b: (-bounds.count(b), b)))
-        row["knob"] = next(r["knob"] for r in rows if r["setting"] == row["setting"])
-    return markdown(
-        [
-            ("setting", "setting"),
-            ("runs", "repeats"),
             ("bound", "bound"),
             ("all-reduce", "communication_share"),
             ("waiting for a round", "coordination_share"),
             ("the knob the report names", "knob"),
         ],
-        merged,
+        rows,
     )
+
+
+#: the effects' metrics, in the order of their tables' columns
+EFFECT_METRICS = (
+    ("time to the loss, s", "time_to_target_seconds"),
+    ("time to the accuracy, s", "time_to_accuracy_seconds"),
+    ("samples/s", "samples_per_second"),
+    ("final loss", "final_loss"),
+)
+
+
+def effect_cell(row: dict[str, str], runs: int) -> str:
+    """One metric of one level: the median, then (not for the reference) the ratio to the reference, its 95 %
+    interval and the verdict; how many runs it rests on where fewer than the level's runs reached a target.
+
+    >>> effect_cell({"n": "3", "median": "22.7", "ratio": "", "verdict": ""}, 3)
+    '22.7'
+    >>> effect_cell({"n": "3", "median": "5.92", "ratio": "0.286", "ratio_ci_low": "0.189",
+    ...              "ratio_ci_high": "0.432", "verdict": "lower beyond the noise"}, 3)
+    '5.92; 0.286x (0.189-0.432), lower beyond the noise'
+    >>> effect_cell({"n": "0", "median": "", "ratio": "", "verdict": "no data"}, 3)
+    '– (0 of 3 runs reached it); no data'
+    """
+    text = number(row.get("median"))
+    n = int(float(row.get("n") or 0))
+    if n < runs:
+        text += f" ({n} of {runs} runs reached it)"
+    if row.get("ratio"):
+        low, high = number(row.get("ratio_ci_low")), number(row.get("ratio_ci_high"))
+        text += f"; {number(row['ratio'])}x ({low}-{high})"
+    if row.get("verdict"):
+        text += ("," if row.get("ratio") else ";") + f" {row['verdict']}"
+    return text
 
 
 def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
     def table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
-        metrics = ("time_to_target_seconds", "time_to_accuracy_seconds", "samples_per_second", "final_loss")
-        rows = [
-            r
-            for r in read_csv(report / "effects.csv")
-            if r["factor"] == factor and (r["metric"] in metrics or not r["metric"])
-        ]
+        metrics = {column for _, column in EFFECT_METRICS}
+        levels: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+        for row in _named(read_csv(report / "effects.csv"), labels, "cell"):
+            if row["factor"] == factor and row["metric"] in metrics:
+                levels.setdefault((row["cell"], row["level"]), {})[row["metric"]] = row
+        rows = []
+        for (cell, level), by_metric in levels.items():
+            runs = max(int(float(r.get("n") or 0)) for r in by_metric.values())
+            out = {"cell": cell, "level": level, "runs": str(runs)}
+            out.update({m: effect_cell(r, runs) for m, r in by_metric.items()})
+            rows.append(out)
         return markdown(
-            [
-                ("reference", "cell"),
-                ("level", "level"),
-                ("metric", "metric"),
-                ("n", "n"),
-                ("median", "median"),
-                ("ratio to reference", "ratio"),
-                ("95 % interval", "ratio_ci_low"),
-                ("to", "ratio_ci_high"),
-                ("verdict", "verdict"),
-            ],
-            _named(rows, labels, "cell"),
+            [("reference", "cell"), ("level", "level"), ("runs", "runs")]
+            + [(heading, column) for heading, column in EFFECT_METRICS],
+            rows,
         )
 
     return table
@@ -299,7 +320,6 @@ def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
 TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
     "peers": peers_table,
     "breakdown": breakdown_table,
-    "diagnosis": diagnosis_table,
     "cost": cost_table,
     "prediction": prediction_table,
     "local_updates": _effects("local_updates"),
