@@ -42,6 +42,7 @@ help:
 	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
 	@echo "make molecule  the local images, then every role's Molecule scenarios (the base image's while the node image builds)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
+	@echo "make wheelhouse  the trainer's dependencies as wheels for VMs without internet (docs/real-vms.md)"
 
 setup: apt cgroups venv image infra-setup
 
@@ -138,13 +139,18 @@ E2E_LANES := second_log=$$(mktemp); \
 	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
 	[ $$lane = 0 ] && exit $$second; exit $$lane
 LINT_BESIDE := chrt --idle 0 $(MAKE) --no-print-directory lint
+# The wheelhouse the stand-in VMs' test installs from (`make wheelhouse`, the role's defaults: the one its first
+# run would build) is built beside the parallel pass, mostly a download, and is there when the lanes begin.
 test: terraform-check apt cgroups venv infra-setup
-	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); \
+	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); wheelhouse_log=$$(mktemp); \
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
+	$(MAKE) --no-print-directory wheelhouse > "$$wheelhouse_log" 2>&1 & wheelhouse=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
 	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
 	$(SERIAL_ALONE) || status=$$?; \
+	wait $$wheelhouse || { status=$$?; echo "make wheelhouse failed:"; }; \
+	cat "$$wheelhouse_log"; rm -f "$$wheelhouse_log"; \
 	$(LINT_BESIDE) > "$$lint_log" 2>&1 & lint=$$!; \
 	( $(E2E_LANES) ) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
@@ -165,7 +171,7 @@ clean:
 
 # --- infra/ (Terraform for OpenNebula; infra/README.md) ---------------------------------------------------
 INFRA_ENV ?= infra/envs/example
-.PHONY: infra-setup infra-test inventory terraform-check
+.PHONY: infra-setup infra-test inventory terraform-check wheelhouse
 
 # `make test` needs terraform (tests/infra, terraform fmt), which Debian does not package: said once, first.
 terraform-check:
@@ -180,6 +186,13 @@ infra-setup:
 # terraform fmt/validate/test and the Ansible hand-off, offline (needs terraform >= 1.9 on PATH).
 infra-test: venv infra-setup
 	pytest tests/infra
+
+# The wheelhouse for VMs without internet (`-e trainer_dependency_source=wheelhouse`, docs/real-vms.md), built as
+# the trainer role builds it when it is missing: for the role's default target (Debian 12: Python 3.11, glibc
+# 2.36, x86_64), in the controller user's cache (the role's trainer_wheelhouse_dir); nothing to do when there.
+WHEELHOUSE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/testbed/wheelhouse
+wheelhouse: venv
+	$(PY) -m controller.wheelhouse requirements/node.txt $(WHEELHOUSE_DIR)
 
 # After `terraform apply` in $(INFRA_ENV): write inventories/opennebula/hosts.yml from its output.
 inventory: venv

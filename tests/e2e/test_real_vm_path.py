@@ -449,21 +449,25 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
     (unreachable / "hosts.yml").write_text(
         text.replace(f'ansible_host: "{HOSTS["peer-02"]}"', f'ansible_host: "{SUBNET}.199"')
     )
-    # the runs at once: each stops in its first plays, most of it waiting on SSH (the reach timeout)
+    # the runs at once: each stops in its first plays. Those that wait on an address nobody answers at or a
+    # refused key wait out the reach timeout: 60 s instead of the cloud inventory's 240 s (a VM still
+    # booting), the message the same; root's login on a cloud image names the image's user at once
+    short_reach = ("-e", "testbed_reach_timeout=60")
     with ThreadPoolExecutor(max_workers=6) as pool:
         key_run = pool.submit(
             run_playbook, "experiment.yml", "-i", str(vms.inventory), "--private-key", str(other),
-            "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, timeout=300,
+            "-e", json.dumps({**RUN, "experiment_id": "vm-bad-key"}), "-e", vms.known_hosts, *short_reach,
+            timeout=300,
             # its own SSH master connections (the earlier runs' persist with the key)
             env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(vms.work / "cp")},
         )  # fmt: skip
         sudo_run = pool.submit(vms.playbook, "vm-bad-sudo", "-e", "ansible_user=nosudo")
-        host_run = pool.submit(vms.playbook, "vm-bad-host", inventory=unreachable)
+        host_run = pool.submit(vms.playbook, "vm-bad-host", *short_reach, inventory=unreachable)
         # an apt proxy nobody answers at (the controller's address, a closed port)
         proxy_run = pool.submit(vms.playbook, "vm-bad-proxy", "-e", f"apt_source_proxy=http://{SUBNET}.1:9")
         # a bastion nobody answers at; root, whose login the cloud image refuses
         bastion_run = pool.submit(
-            vms.playbook, "vm-bad-bastion", "-e", f"testbed_ssh_bastion=debian@{SUBNET}.199"
+            vms.playbook, "vm-bad-bastion", "-e", f"testbed_ssh_bastion=debian@{SUBNET}.199", *short_reach
         )
         root_run = pool.submit(vms.playbook, "vm-bad-user", "-e", "ansible_user=root")
         wrong_key, no_sudo, gone = key_run.result(), sudo_run.result(), host_run.result()
@@ -498,6 +502,8 @@ def test_bad_input_stops_before_anything_trains_naming_the_host_and_the_fix(vms)
         assert "PLAY [Close every host by default" not in done.output  # nothing was set up or started
     for run in ("vm-bad-key", "vm-bad-sudo", "vm-bad-host", "vm-bad-proxy", "vm-bad-bastion", "vm-bad-user"):
         assert not (REPO / "results" / run).exists(), run
+    # with the cloud inventory's 240 s to reach a host, the refused root login ended the run well before
+    assert vms.runs["vm-bad-user"][2] < 180, vms.runs["vm-bad-user"][2]
     assert first.read_bytes() == before  # results already written are untouched
 
 
