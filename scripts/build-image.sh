@@ -89,7 +89,7 @@ build_node() {
   podman exec "$build_container" systemctl is-system-running --wait >/dev/null || true
   timed podman exec "$build_container" bash -euc \
     "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq
-     apt-get install -y -qq --no-install-recommends ${node_packages[*]} >/dev/null
+     apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io ${node_packages[*]} >/dev/null
      systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
      apt-get clean"
   # the zipimport cache first: the playbook's own modules fill it, and the image keeps what they compiled

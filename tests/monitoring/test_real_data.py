@@ -39,6 +39,7 @@ pytestmark = [
     pytest.mark.hivemind,
     pytest.mark.cluster,
     pytest.mark.load_tolerant,
+    pytest.mark.no_image,
     pytest.mark.timeout(300),
 ]
 
