@@ -102,9 +102,7 @@ pytest: setup
 
 # `make test`: the local images' build with the Molecule scenarios, run beside the parallel pass (none of them
 # times anything; the build mostly writes the image's layer and the scenarios mostly wait on containers, which
-# left the two cores partly idle), their output shown once both are done. Once the parallel pass is done, the
-# load-tolerant tests whose processes all run on this host (marker no_image) run beside the rest of the build,
-# which installs the Python dependencies and commits the image on about one core of the two; then the rest of the serial pass
+# left the two cores partly idle), their output shown once both are done; then the rest of the serial pass
 # (its tests time things or train dilated peers, and need the images): those on real peers alone, then the
 # end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios on the base image alone (marker
 # base_image) run while the node image builds, the others once it is built. The linters run beside the two
@@ -113,7 +111,6 @@ pytest: setup
 # cost that phase about 40 s; beside the tests on real peers, which left 0.6-0.8 of a core idle, those tests
 # took longer. Any part failing fails. The images are built as
 # `make image` does (nothing to do when they are current).
-BESIDE_BUILD := pytest -m "load_tolerant and no_image" tests/
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
@@ -122,15 +119,17 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
-# and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms), the load-tolerant tests
-# that need a local image (containers: the connection and its benchmark, the Molecule scenario that deploys
-# the test Ceph). Each lane has its own containers, podman network, inventory and outside namespace; alone,
-# each ran at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe
-# waits; `benchmarks/busy_by_test.py` measures it, docs/development.md). The second lane's output is shown once
-# both are done. The OpenMP wait-policy benchmark (marker local_lane) runs first in the local cluster's lane,
-# which ends earlier than the second without it.
+# and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms), the tests on real peers
+# and the benchmarks whose checks hold on a loaded host, and the Molecule scenario that deploys the test Ceph
+# (marker load_tolerant: they time nothing of this host; the scenario moved out of the CPU-bound first
+# phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
+# at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits;
+# `benchmarks/busy_by_test.py` measures it, docs/development.md). The second lane's output is shown once both
+# are done. The load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP
+# wait-policy and strategy-memory benchmarks) run first in the local cluster's lane, which ends earlier than
+# the second without them.
 SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane)" tests/
-SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane or no_image))" tests/
+SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))" tests/
 LOCAL_LANE := pytest -m "local_cluster or local_lane" tests/
 E2E_LANES := second_log=$$(mktemp); \
 	$(SECOND_LANE) > "$$second_log" 2>&1 & second=$$!; \
@@ -147,7 +146,6 @@ test: terraform-check apt cgroups venv infra-setup
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(MAKE) --no-print-directory wheelhouse > "$$wheelhouse_log" 2>&1 & wheelhouse=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
-	$(BESIDE_BUILD) || status=$$?; \
 	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
 	$(SERIAL_ALONE) || status=$$?; \

@@ -8,7 +8,7 @@ At the end it prints the run as segments: the test that started last among those
 A test that starts no process shows as ``-``; processes that outlive their test (a container's conmon)
 keep its name, so the newest test seen is the one that runs. ``--summarise profile.jsonl`` prints an earlier
 record again. This is how `make test`'s end-to-end tests were found to keep one core of two busy
-(docs/run-overhead.md).
+(docs/development.md).
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ pytestmark = [
     pytest.mark.hivemind,
     pytest.mark.cluster,
     pytest.mark.load_tolerant,
-    pytest.mark.no_image,
     pytest.mark.timeout(300),
 ]
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -133,6 +136,42 @@ def test_stopped_at_the_end_of_the_run_it_heals_the_fault_under_way_and_skips_th
     recorded = json.loads(timeline.read_text())
     assert [f["status"] for f in recorded["faults"]] == ["healed", "skipped"], recorded
     assert "over before the fault was due" in recorded["faults"][1]["detail"]
+
+
+def test_a_stop_that_comes_as_the_fault_takes_effect_still_heals_it(tmp_path):
+    """SIGTERM between a fault's effect and its record (here: as the partition's route goes in) is held until
+    the fault is inside the block that heals it, so the stop heals it instead of leaving it on."""
+    spec = importlib.util.spec_from_file_location("testbed_fault", AGENT)
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+
+    class Host:
+        def __init__(self) -> None:
+            self.calls: list[bool] = []
+
+        def ended(self) -> bool:
+            return False
+
+        def active(self) -> bool:
+            return True
+
+        def partition(self, on: bool) -> None:
+            self.calls.append(on)
+            if on:  # the collect step stops the agent at this moment
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    fault = {"spec": "partition:h@0s+60s", "kind": "partition", "at_seconds": 0.0, "duration_seconds": 60.0}
+    started, timeline = tmp_path / "started.json", agent.Timeline(tmp_path / "timeline.json", [fault])
+    launched = time.time()
+    _release_barrier(started)
+    host, previous = Host(), signal.signal(signal.SIGTERM, agent._stop)
+    try:
+        with pytest.raises(agent.Stopped):
+            agent._inject(argparse.Namespace(timeout=10), host, started, timeline, launched)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert host.calls == [True, False]
+    assert timeline.document["faults"][0]["status"] == "healed", timeline.document
 
 
 def _wait_for(timeline: Path, statuses: list[str], seconds: float) -> dict:

@@ -21,7 +21,6 @@ DHT_COMMAND = [sys.executable, "-m", "trainer", "dht"]
 @pytest.mark.hivemind
 @pytest.mark.cluster
 @pytest.mark.load_tolerant
-@pytest.mark.no_image
 def test_a_peer_joins_the_node_and_a_second_peer_reads_what_the_first_stored(tmp_path):
     """The node is a real bootstrap: two DHTs that know only its address find each other's values through it,
     and on stopping it records what it served and used."""
@@ -61,7 +60,6 @@ def test_a_peer_joins_the_node_and_a_second_peer_reads_what_the_first_stored(tmp
 @pytest.mark.hivemind
 @pytest.mark.cluster
 @pytest.mark.load_tolerant
-@pytest.mark.no_image
 def test_the_command_serves_until_sigterm_then_writes_its_record(tmp_path):
     """Dilated, as the local cluster runs it: the record says by how much."""
     process = subprocess.Popen(

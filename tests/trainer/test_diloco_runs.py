@@ -19,7 +19,7 @@ from trainer_testing import REPO, trainer_command, trainer_env
 
 from experiment.results import REJOIN_FILE, REJOINS_FILE, read_rounds, read_steps, read_summary
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant, pytest.mark.no_image]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant]
 
 SYNC_EVERY = 10
 

@@ -334,10 +334,10 @@ def test_peers_of_different_speeds_finish_together(peers, chance):
     assert compute["slow"] > 1.5 * compute["fast"], f"the slow peer was not slower: {compute}"
 
 
-# one peer alone, waiting out its start timeout: nothing of this host is timed (`make test`: beside the
-# node image's build, marker no_image)
+# one peer alone, waiting out its start timeout: nothing of this host is timed (`make test`: the local
+# cluster's lane, marker local_lane)
 @pytest.mark.load_tolerant
-@pytest.mark.no_image
+@pytest.mark.local_lane  # its start timeout
 @pytest.mark.timeout(120)
 def test_expected_peer_that_never_comes(peers):
     lonely = peers("lonely", run_args("lonely", expected=2, max_steps=10, tbs=256, start_timeout=6))
@@ -354,7 +354,7 @@ def test_expected_peer_that_never_comes(peers):
 
 
 @pytest.mark.load_tolerant
-@pytest.mark.no_image
+@pytest.mark.local_lane  # its start timeout
 @pytest.mark.timeout(120)
 def test_unreachable_initial_peer_is_one_clear_error(peers):
     import socket

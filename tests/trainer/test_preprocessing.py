@@ -48,7 +48,6 @@ def test_cached_equals_decoded(folder, tmp_path):
 # decoding JPEGs every step against reading a cached array: a margin that holds on a loaded host
 @pytest.mark.slow
 @pytest.mark.load_tolerant
-@pytest.mark.no_image
 @pytest.mark.timeout(600)
 def test_benchmark_compares_the_strategies(tmp_path):
     command = [sys.executable, "benchmarks/preprocessing.py", "--size", "96", "--train", "300",

@@ -235,7 +235,30 @@ class Stopped(SystemExit):
         super().__init__(143)
 
 
+class StopRequest:
+    """A stop (SIGTERM) held while a fault takes effect and is recorded: one that came between the fault's
+    effect and the block that heals it would leave it on (a partition after the run). The handler runs in the
+    main thread whichever thread the signal reached."""
+
+    held = False
+    requested = False
+
+    @classmethod
+    def hold(cls) -> None:
+        cls.held = True
+
+    @classmethod
+    def release(cls) -> None:
+        """Stop now if a stop came while held."""
+        cls.held = False
+        if cls.requested:
+            raise Stopped
+
+
 def _stop(*_: object) -> None:
+    if StopRequest.held:
+        StopRequest.requested = True
+        return
     raise Stopped
 
 
@@ -302,16 +325,20 @@ def _inject(
             timeline.note(entry, status="skipped", detail="the trainer had ended before the fault was due")
             continue
         applied = time.time()
+        StopRequest.hold()  # until the fault is applied, recorded and inside the block that heals it
         try:
             apply(entry, host, on=True)
         except RuntimeError as exc:
             timeline.note(entry, status="failed", detail=str(exc), applied_at=applied)
+            StopRequest.release()
             continue
         timeline.note(entry, status="applied", applied_at=applied, applied_seconds=round(applied - start, 3))
         if entry["duration_seconds"] is None:
+            StopRequest.release()
             continue
         heal_at = start + entry["at_seconds"] + entry["duration_seconds"]
         try:  # healed even when the agent is stopped meanwhile (SIGTERM: see main)
+            StopRequest.release()
             if entry["kind"] == "restart":  # the trainer is down on purpose: the whole downtime
                 time.sleep(max(0.0, heal_at - time.time()))
             else:
