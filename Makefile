@@ -121,8 +121,8 @@ MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
 # and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms), the tests on real peers
 # and the benchmarks whose checks hold on a loaded host, and the Molecule scenario that deploys the test Ceph
-# (marker load_tolerant: they time nothing of this host; the scenario moved out of the CPU-bound first
-# phase). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
+# (marker load_tolerant: they time nothing of this host; the scenario is not run beside the parallel pass,
+# whose two cores are busy). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
 # at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits;
 # `benchmarks/busy_by_test.py` measures it, docs/development.md). The second lane's output is shown once both
 # are done. The load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP

@@ -13,8 +13,8 @@ from experiment.results import read_steps, read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 
-# local_lane: `make test` runs it in the local cluster's lane, which ended 38-117 s before the other in
-# clean clones (docs/development.md)
+# local_lane: `make test` runs it in the local cluster's lane, which ends earlier than the other without it
+# (docs/development.md)
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant, pytest.mark.local_lane]
 
 
