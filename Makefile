@@ -34,11 +34,12 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30
 
-.PHONY: help setup apt cgroups venv image demo test test-cluster lint pytest molecule clean
+.PHONY: help setup apt cgroups venv image demo test test-extended test-cluster lint pytest molecule clean
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
-	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and pytest tests/"
+	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and every test but those marked extended"
+	@echo "make test-extended  the tests make test leaves out for their cost (marker extended, docs/development.md)"
 	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
 	@echo "make molecule  the local images, then every role's Molecule scenarios (the base image's while the node image builds)"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
@@ -65,7 +66,7 @@ apt:
 venv: $(VENV)/.setup-done
 
 # uv installs under pip's configuration (scripts/uv_pip_install.py): it unpacks and compiles in parallel, where
-# pip took one core for 109 s. Every module is compiled at install: needed where PYTHONDONTWRITEBYTECODE is set
+# pip takes one core (benchmarks/wheelhouse_install.py compares them). Every module is compiled at install: needed where PYTHONDONTWRITEBYTECODE is set
 # (as on this project's machines), else every process compiles what it imports, each time (--no-compile made
 # CI 20-30 % slower)
 UV_VERSION := 0.13.9
@@ -112,25 +113,23 @@ pytest: setup
 # took longer. Any part failing fails. The images are built as
 # `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
-MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or load_tolerant)" tests/roles/test_molecule.py
+MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or extended)" tests/roles/test_molecule.py
 MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
 	$(MOLECULE_BASE_PASS) > "$$base_log" 2>&1 & base=$$!; \
 	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
 	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
-# and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms), the tests on real peers
-# and the benchmarks whose checks hold on a loaded host, and the Molecule scenario that deploys the test Ceph
-# (marker load_tolerant: they time nothing of this host; the scenario is not run beside the parallel pass,
-# whose two cores are busy). Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran
-# at about one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits;
+# and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms) and the tests on real peers
+# and the benchmarks whose checks hold on a loaded host (marker load_tolerant: they time nothing of this host).
+# Each lane has its own containers, podman network, inventory and outside namespace; alone, each ran at about
+# one core of the two (Ansible's controller, module and SSH round trips, barrier and probe waits;
 # `benchmarks/busy_by_test.py` measures it, docs/development.md). The second lane's output is shown once both
-# are done. The load-tolerant tests marked local_lane (those that mostly wait out a timeout, the OpenMP
-# wait-policy and strategy-memory benchmarks) run first in the local cluster's lane, which ends earlier than
-# the second without them.
-SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane)" tests/
-SECOND_LANE := pytest -m "stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))" tests/
-LOCAL_LANE := pytest -m "local_cluster or local_lane" tests/
+# are done. The load-tolerant tests marked local_lane run first in the local cluster's lane, so that the two
+# lanes end together. The tests marked extended are left out (`make test-extended`).
+SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane or extended)" tests/
+SECOND_LANE := pytest -m "(stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))) and not extended" tests/
+LOCAL_LANE := pytest -m "(local_cluster or local_lane) and not extended" tests/
 E2E_LANES := second_log=$$(mktemp); \
 	$(SECOND_LANE) > "$$second_log" 2>&1 & second=$$!; \
 	echo "the stand-in VMs' tests and the load-tolerant ones run beside these; their output follows"; \
@@ -157,9 +156,14 @@ test: terraform-check apt cgroups venv infra-setup
 	cat "$$lint_log"; rm -f "$$lint_log"; \
 	exit $$status
 
-# The images (as `make image`) and every Molecule scenario: those `make test` runs in its second lane last.
+# The images (as `make image`) and every Molecule scenario, those `make test` leaves out last.
 molecule: apt cgroups venv
-	( $(MOLECULE_PASS) ) && pytest -m "molecule and load_tolerant" tests/roles/test_molecule.py
+	( $(MOLECULE_PASS) ) && pytest -m "molecule and extended" tests/roles/test_molecule.py
+
+# What `make test` leaves out for its cost (marker extended: benchmarks' runs at CI size, DiLoCo under churn on
+# the local cluster, the test Ceph's Molecule scenario), one at a time; `make test` first for everything.
+test-extended: setup
+	pytest -m extended tests/
 
 # The cluster-test tier alone: every test that starts the local cluster or real peers (marker `cluster`).
 test-cluster: setup

@@ -100,6 +100,19 @@ build_node() {
   podman exec "$build_container" python3 -c 'import zipimport, testbed_zipimport_cache as c
 assert zipimport._compile_source is c._compile_cached' \
     || { log "the zipimport cache does not load in $build_container"; exit 1; }
+  # The pinned dependencies with uv first (scripts/uv_pip_install.py: under the pip configuration mounted above,
+  # unpacked and compiled on every core, where the role's pip took one), into the venv the role creates; the
+  # role then finds them installed and writes its installation record. uv, its cache and the script are removed
+  # before the commit (the venv's files are hard links into the cache: the image holds them once).
+  podman exec "$build_container" bash -euc "mkdir -p /tmp/uv-install /opt/testbed
+    [ -x /opt/testbed/venv/bin/python ] || python3 -m venv /opt/testbed/venv"
+  podman cp "$repo/.venv/bin/uv" "$build_container:/tmp/uv-install/uv"
+  podman cp scripts/uv_pip_install.py "$build_container:/tmp/uv-install/"
+  podman cp requirements/node.txt "$build_container:/tmp/uv-install/"
+  timed podman exec -e PIP_CERT="$build_ca" -e PATH=/tmp/uv-install:/usr/sbin:/usr/bin:/sbin:/bin \
+    -e UV_CACHE_DIR=/tmp/uv-install/cache -e UV_NO_CONFIG=1 "$build_container" \
+    python3 /tmp/uv-install/uv_pip_install.py --python /opt/testbed/venv/bin/python --quiet \
+    --link-mode hardlink -r /tmp/uv-install/node.txt
   timed "$repo/.venv/bin/ansible-playbook" -i "$build_container," -c containers.podman.podman \
     -e "{\"trainer_pip_environment\": {\"PIP_CERT\": \"$build_ca\", \"PIP_NO_CACHE_DIR\": \"1\"}}" \
     playbooks/build-image.yml

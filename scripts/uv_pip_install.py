@@ -1,8 +1,8 @@
 """Installs into a venv with uv, under the pip configuration of this machine, which uv does not read.
 
-pip installs one package after another and compiles their modules on one core: `make venv` took 109 s here
-(torch and its CUDA libraries are 6 GB unpacked). uv unpacks and compiles in parallel: 61-66 s, the same
-packages at the same versions (docs/run-overhead.md).
+pip installs one package after another and compiles their modules on one core (torch and its CUDA libraries
+are 6 GB unpacked); uv unpacks and compiles in parallel, the same packages at the same versions.
+`python benchmarks/wheelhouse_install.py` compares the two on one venv.
 
 pip's settings (``pip config list``: the configuration files and the ``PIP_*`` variables, the variables first)
 that choose what is installed are passed to uv as its options:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,23 @@ def make_targets() -> set[str]:
 def test_no_development_history(page):
     found = [line for line in page.read_text().splitlines() if HISTORY.search(line)]
     assert not found, f"{page_id(page)} tells development history (git log keeps it): {found[:3]}"
+
+
+def test_no_development_history_in_code_tests_or_data():
+    """The same over every file git tracks beside the pages: code and its comments, tests, the Makefile, the
+    roles' READMEs, data files."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    found = []
+    for name in tracked.decode().split("\0"):
+        path = REPO / name
+        if not name or path in PAGES or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue  # binary: a figure, an archive
+        found += [f"{name}: {line.strip()[:100]}" for line in text.splitlines() if HISTORY.search(line)]
+    assert not found, f"development history outside git log: {found[:5]}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)

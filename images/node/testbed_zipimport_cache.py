@@ -2,12 +2,12 @@
 
 Ansible runs every module from a zip of the module and its module_utils (AnsiballZ), written to a new
 temporary file each time. Python's zipimport writes no bytecode for a zip, so every module run compiled the
-same module_utils again: about 0.08 of a module's 0.21 CPU-seconds here (docs/run-overhead.md),
-thousands of times in a test run, on the two cores the containers share. This keeps each compiled source
-under CACHE, keyed by the interpreter's bytecode magic number, the file's path inside the archive and its
-source, and loads it from there the next time. What it loads is what compiling that source gives; only the
-code's file name is set to this run's archive, as importlib does for a .pyc. Only root's processes use it (the
-modules run as root there), in a directory only root may write: what is loaded from it, root wrote.
+same module_utils again, thousands of times in a test run, on the two cores the containers share. This keeps
+each compiled source under CACHE, keyed by the interpreter's bytecode magic number, the file's path inside the
+archive and its source, and loads it from there the next time. What it loads is what compiling that source
+gives; only the code's file name is set to this run's archive, as importlib does for a .pyc. Only root's
+processes use it (the modules run as root there), in a directory only root may write: what is loaded from it,
+root wrote.
 
 Loaded by testbed_zipimport_cache.pth in the system Python's site directory (a venv does not read it). Any
 error reading or writing the cache falls back to compiling, as without it.

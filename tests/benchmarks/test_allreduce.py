@@ -122,6 +122,7 @@ def test_hivemind_averaging_against_the_bound(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hivemind
 @pytest.mark.cluster
+@pytest.mark.extended  # the shaped link's bound: test_hivemind_averaging_against_the_bound
 @pytest.mark.timeout(600)
 def test_hivemind_and_gloo_over_message_sizes(tmp_path):
     out = tmp_path / "micro"
@@ -143,6 +144,7 @@ def test_hivemind_and_gloo_over_message_sizes(tmp_path):
 
 @needs_root
 @pytest.mark.slow
+@pytest.mark.extended  # the shaped link's bound: test_hivemind_averaging_against_the_bound
 @pytest.mark.timeout(600)
 def test_mpi_algorithms_over_message_sizes(tmp_path):
     """OpenMPI's four all-reduce algorithms among 4 peers on links shaped to 100 Mbit/s: every row measured,

@@ -19,7 +19,7 @@ CFS_PERIOD_SECONDS = 0.1  # the benchmark's default --cpu-period
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.load_tolerant
-@pytest.mark.local_lane  # ends the two lanes together (`make test`)
+@pytest.mark.extended  # each container's quota: test_local_cluster.py's peers, in their cgroups
 def test_both_policies_are_measured_and_compared():
     env = dict(os.environ, CONTAINERS_CONF=str(REPO / "images" / "containers.conf"))
     exists = subprocess.run(["podman", "image", "exists", IMAGE], env=env, check=False)

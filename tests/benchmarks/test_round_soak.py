@@ -63,6 +63,7 @@ def test_failed_rounds_are_counted_per_phase_and_cause(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hivemind
 @pytest.mark.cluster
+@pytest.mark.extended  # its rounds are those of test_hivemind_runs.py's peers, counted by the tests above
 @pytest.mark.timeout(600)
 def test_one_repetition_of_two_staggered_peers(tmp_path):
     out = tmp_path / "soak"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster]
+# extended: a measurement of this machine at CI size; `make test` checks the study grid's runs end to end
+pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster, pytest.mark.extended]
 
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

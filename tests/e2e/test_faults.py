@@ -199,7 +199,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-# Issues 27 and 31: the same churn during a DiLoCo run. Three replicas sync every 50 steps through torchft's
+# The same churn during a DiLoCo run. Three replicas sync every 50 steps through torchft's
 # Lighthouse on the monitor host. The same churn settings and seed draw the same leave times and downtimes
 # (3.9 s and 8.6 s, 4 s each), here of peer-02 and peer-03 (DiLoCo has no bootstrap peer to spare). 2000
 # steps last about 30 s here: the restarted replicas come back while the others still train.
@@ -223,6 +223,8 @@ DILOCO = {
 }
 
 
+# extended: the churn's path is the test above's, a DiLoCo replica's restart and heal test_diloco_runs.py's
+@pytest.mark.extended
 def test_a_diloco_run_survives_the_same_churn(tmp_path, chance):
     run = run_playbook("experiment.yml", *extra_vars(results_root=str(tmp_path), **DILOCO))
     assert run.returncode == 0, run.output[-8000:]

@@ -152,6 +152,7 @@ def test_report_refuses_bad_input(tmp_path):
 @pytest.mark.hivemind
 @pytest.mark.cluster
 @pytest.mark.load_tolerant
+@pytest.mark.local_lane  # ends the two lanes of `make test` together
 def test_report_compares_hivemind_with_its_baselines(baseline_results, tmp_path):
     results = tmp_path / "results"
     for child in baseline_results.iterdir():

@@ -20,7 +20,7 @@ LEARNING_RATES = (0.001, 0.01, 0.1)
 
 
 def study_runs(grid: Grid) -> list[Run]:
-    """The grid's runs less its noise floor (the first runs, issues 26 and 52)."""
+    """The grid's runs less its noise floor (the first runs)."""
     return [run for run in grid.runs if run.block != "noise-floor"]
 
 
@@ -378,7 +378,7 @@ def test_preprocessing_grid_crosses_strategies_and_workers():
 
 
 def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_selects(tmp_path):
-    """Issues 26 and 52: short solo runs of the grid's largest run, Hivemind's own settings left out, as many
+    """Short solo runs of the grid's largest run, Hivemind's own settings left out, as many
     as the grid's repeats (the floor is the spread between runs); opt out with noise_floor: false, anything
     but a bool refused."""
     grid = load_grid(SMOKE, repeats=2)

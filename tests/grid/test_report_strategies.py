@@ -79,7 +79,7 @@ def test_report_draws_every_strategy(tmp_path):
 
 
 def test_bytes_per_sample_and_memory_per_rank_with_each_zero_stage():
-    """Issues 27 and 34: bytes sent per sample from the peers' interface counts, the memory each rank holds,
+    """Bytes sent per sample from the peers' interface counts, the memory each rank holds,
     and DeepSpeed's stages as strategies of their own."""
     experiments = [
         _experiment("base", "baseline", 1, 0.1, 0.0, 4000),

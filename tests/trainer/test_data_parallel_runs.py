@@ -15,7 +15,8 @@ from trainer_testing import REPO, trainer_command, trainer_env
 
 from experiment.results import read_evals, read_rounds, read_steps, read_summary
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant]
+# local_lane: `make test` runs them in the local cluster's lane, so that the two lanes end together
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant, pytest.mark.local_lane]
 
 
 def free_port() -> int:
@@ -140,7 +141,6 @@ def test_a_killed_rank_ends_the_run_for_the_others(tmp_path, strategy):
     assert summary["steps"] >= 20 and len(read_steps(survivor.results)) == summary["steps"]
 
 
-@pytest.mark.local_lane  # its rendezvous timeout
 @pytest.mark.timeout(60)
 def test_an_unreachable_rendezvous_is_one_clear_error(tmp_path):
     (rank_one,) = start_ranks(tmp_path, "ddp", 2, "--start-timeout", "5", ranks=[1])
