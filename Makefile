@@ -102,11 +102,12 @@ pytest: setup
 	exit $$status
 
 # `make test`: the local images' build with the Molecule scenarios, run beside the parallel pass (none of them
-# times anything; the build mostly writes the image's layer and the scenarios mostly wait on containers, which
-# left the two cores partly idle), their output shown once both are done; then the rest of the serial pass
-# (its tests time things or train dilated peers, and need the images): those on real peers alone, then the
-# end-to-end tests in two lanes (SERIAL_ALONE, E2E_LANES below). The scenarios on the base image alone (marker
-# base_image) run while the node image builds, the others once it is built. The linters run beside the two
+# times anything), their output shown once all are done; then the rest of the serial pass (its tests time
+# things or train dilated peers, and need the images): those on real peers alone, then the end-to-end tests in
+# two lanes (SERIAL_ALONE, E2E_LANES below). The node image's scenarios run once it is built; those on the base
+# image alone (marker base_image) once the parallel pass is done, beside the end of the node image's build (its
+# commit keeps one core of two busy) and its scenarios: beside the parallel pass as well, they slowed the node
+# image's Debian packages' install from 100 s to 150-215 s. The linters run beside the two
 # lanes at the scheduler's idle priority (LINT_BESIDE: SCHED_IDLE, only the CPU the lanes leave; no container,
 # no timeout), their output shown at the end: beside the parallel pass, where the two cores are busy, they
 # cost that phase about 40 s; beside the tests on real peers, which left 0.6-0.8 of a core idle, those tests
@@ -114,10 +115,7 @@ pytest: setup
 # `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or extended)" tests/roles/test_molecule.py
-MOLECULE_PASS := base_log=$$(mktemp); scripts/build-image.sh base && { \
-	$(MOLECULE_BASE_PASS) > "$$base_log" 2>&1 & base=$$!; \
-	{ scripts/build-image.sh node && $(MOLECULE_NODE_PASS); }; node=$$?; \
-	wait $$base; base=$$?; cat "$$base_log"; rm -f "$$base_log"; [ $$base = 0 ] && exit $$node; }
+MOLECULE_PASS := scripts/build-image.sh node && $(MOLECULE_NODE_PASS)
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
 # and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms) and the tests on real peers
@@ -141,12 +139,15 @@ LINT_BESIDE := chrt --idle 0 $(MAKE) --no-print-directory lint
 # The wheelhouse the stand-in VMs' test installs from (`make wheelhouse`, the role's defaults: the one its first
 # run would build) is built beside the parallel pass, mostly a download, and is there when the lanes begin.
 test: terraform-check apt cgroups venv infra-setup
-	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); wheelhouse_log=$$(mktemp); \
+	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); base_log=$$(mktemp); wheelhouse_log=$$(mktemp); \
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(MAKE) --no-print-directory wheelhouse > "$$wheelhouse_log" 2>&1 & wheelhouse=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
-	wait $$molecule || { status=$$?; echo "the image build or the Molecule scenarios failed:"; }; \
+	( scripts/build-image.sh base && $(MOLECULE_BASE_PASS) ) > "$$base_log" 2>&1 & base=$$!; \
+	wait $$molecule || { status=$$?; echo "the image build or the node image's Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
+	wait $$base || { status=$$?; echo "the base image's Molecule scenarios failed:"; }; \
+	cat "$$base_log"; rm -f "$$base_log"; \
 	$(SERIAL_ALONE) || status=$$?; \
 	wait $$wheelhouse || { status=$$?; echo "make wheelhouse failed:"; }; \
 	cat "$$wheelhouse_log"; rm -f "$$wheelhouse_log"; \
@@ -156,9 +157,9 @@ test: terraform-check apt cgroups venv infra-setup
 	cat "$$lint_log"; rm -f "$$lint_log"; \
 	exit $$status
 
-# The images (as `make image`) and every Molecule scenario, those `make test` leaves out last.
+# The images (as `make image`) and every Molecule scenario.
 molecule: apt cgroups venv
-	( $(MOLECULE_PASS) ) && pytest -m "molecule and extended" tests/roles/test_molecule.py
+	scripts/build-image.sh all && pytest -m molecule tests/roles/test_molecule.py
 
 # What `make test` leaves out for its cost (marker extended: benchmarks' runs at CI size, DiLoCo under churn on
 # the local cluster, the test Ceph's Molecule scenario), one at a time; `make test` first for everything.

@@ -34,7 +34,11 @@ build_ca=/etc/testbed-build-ca.crt
 log() { echo "[build-image] $*" >&2; }
 timed() { local s=$SECONDS; "$@"; log "$1 ${2:-}: $((SECONDS - s)) s"; }
 
-build_base() {
+# One base build at a time: `make test` may ask for the base image from two places at once (the node image's build
+# and the base image's Molecule scenarios); the second waits for the first, then finds the image present.
+build_base() { { flock 9; build_base_now; } 9>"$rootfs.lock"; }
+
+build_base_now() {
   if podman image exists "$base_image"; then log "$base_image present"; return; fi
   if [ ! -x "$rootfs/usr/bin/python3" ]; then
     rm -rf "$rootfs"

@@ -5,8 +5,8 @@ is spent waiting on containers, so the selected scenarios run a few at a time (M
 each in its own containers and networks; every scenario still passes or fails as its own test.
 
 A scenario whose containers all use the base image carries the marker ``base_image``: `make test` runs those
-while the node image builds (``-m "molecule and base_image"``), and the others once it is built, but those
-marked ``extended`` (EXTENDED), which `make test-extended` runs."""
+beside the end of the node image's build (``-m "molecule and base_image"``), and the others once it is built,
+but those marked ``extended`` (EXTENDED), which `make test-extended` runs."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def molecule_runs(request):
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_molecule_scenario"
     ]
-    # only the images the selected scenarios use: the base image's scenarios run while the node image builds
+    # only the images the selected scenarios use: the base image's scenarios run before the node image exists
     for image in sorted(set().union(*map(_images, selected))):
         found = subprocess.run(["podman", "image", "exists", image], env=_environment(), check=False)
         assert found.returncode == 0, f"{image} is missing: run `make image` first"
@@ -146,8 +146,8 @@ def test_scenarios_are_discovered() -> None:
     assert roles | {"ceph_test"} == {path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()}
     converge = (ROLES / "dataset" / "molecule" / "default" / "converge.yml").read_text()
     assert "import_playbook: ../../../../playbooks/storage.yml" in converge
-    # every platform uses one of the local images; those on the base image alone are marked to run while the
-    # node image builds (a ${VAR:-default} image counts as its default)
+    # every platform uses one of the local images; those on the base image alone are marked to run before the
+    # node image exists (a ${VAR:-default} image counts as its default)
     assert set().union(*map(_images, SCENARIOS)) == set(IMAGES)
     base = {p.values[0] for p in _params() if any(m.name == "base_image" for m in p.marks)}
     assert "prometheus/default" in base and "dataset/default" not in base, base

@@ -19,8 +19,7 @@ from trainer_testing import REPO, trainer_command, trainer_env
 
 from experiment.results import REJOIN_FILE, REJOINS_FILE, read_rounds, read_steps, read_summary
 
-# local_lane: `make test` runs them in the local cluster's lane, so that the two lanes end together
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant, pytest.mark.local_lane]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.load_tolerant]
 
 SYNC_EVERY = 10
 
