@@ -41,7 +41,7 @@ help:
 	@echo "make test   make setup if needed, then lint (ruff, yamllint, ansible-lint, terraform fmt) and every test but those marked extended"
 	@echo "make test-extended  the tests make test leaves out for their cost (marker extended, docs/development.md)"
 	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
-	@echo "make molecule  the local images, then every role's Molecule scenarios (the base image's while the node image builds)"
+	@echo "make molecule  the local images, then every role's Molecule scenarios"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 	@echo "make wheelhouse  the trainer's dependencies as wheels for VMs without internet (docs/real-vms.md)"
 
@@ -66,9 +66,9 @@ apt:
 venv: $(VENV)/.setup-done
 
 # uv installs under pip's configuration (scripts/uv_pip_install.py): it unpacks and compiles in parallel, where
-# pip takes one core (benchmarks/wheelhouse_install.py compares them). Every module is compiled at install: needed where PYTHONDONTWRITEBYTECODE is set
-# (as on this project's machines), else every process compiles what it imports, each time (--no-compile made
-# CI 20-30 % slower)
+# pip takes one core (benchmarks/wheelhouse_install.py compares them). Every module is compiled at install:
+# needed where PYTHONDONTWRITEBYTECODE is set (as on this project's machines), else every process compiles what
+# it imports, each time (--no-compile made CI 20-30 % slower)
 UV_VERSION := 0.13.9
 $(VENV)/.setup-done: requirements/dev.txt pyproject.toml scripts/uv_pip_install.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -162,7 +162,7 @@ molecule: apt cgroups venv
 	scripts/build-image.sh all && pytest -m molecule tests/roles/test_molecule.py
 
 # What `make test` leaves out for its cost (marker extended: benchmarks' runs at CI size, DiLoCo under churn on
-# the local cluster, the test Ceph's Molecule scenario), one at a time; `make test` first for everything.
+# the local cluster, the test Ceph's Molecule scenario), one at a time; with `make test`, every test.
 test-extended: setup
 	pytest -m extended tests/
 

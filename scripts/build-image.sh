@@ -105,7 +105,7 @@ build_node() {
 assert zipimport._compile_source is c._compile_cached' \
     || { log "the zipimport cache does not load in $build_container"; exit 1; }
   # The pinned dependencies with uv first (scripts/uv_pip_install.py: under the pip configuration mounted above,
-  # unpacked and compiled on every core, where the role's pip took one), into the venv the role creates; the
+  # unpacked and compiled on every core, where the role's pip takes one), into the role's venv (trainer_venv); the
   # role then finds them installed and writes its installation record. uv, its cache and the script are removed
   # before the commit (the venv's files are hard links into the cache: the image holds them once).
   podman exec "$build_container" bash -euc "mkdir -p /tmp/uv-install /opt/testbed

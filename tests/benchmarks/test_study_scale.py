@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# extended: a measurement of this machine at CI size; `make test` checks the study grid's runs end to end
+# extended: a measurement of this machine at CI size; a grid's runs end to end: test_grid_smoke_end_to_end.py
 pytestmark = [pytest.mark.slow, pytest.mark.hivemind, pytest.mark.cluster, pytest.mark.extended]
 
 
