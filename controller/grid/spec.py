@@ -4,7 +4,7 @@ A grid file (YAML) holds::
 
     name: thesis                  # optional, default: the file's stem; names the status file
     description: ...              # optional
-    noise_floor: true             # optional, default true: one `solo` run first (NOISE_FLOOR_BLOCK)
+    noise_floor: true             # optional, default true: `solo` runs first (NOISE_FLOOR_BLOCK); N: N runs
     order: blocks                 # optional: blocks (default) or interleaved (see the end of this docstring)
     constants: {name: value}      # numbers usable in expressions, never passed to the playbook
     fixed: {var: value}           # playbook variables shared by every block
@@ -33,9 +33,9 @@ not include this seed, so a grid's ids stay the same.
 The testbed's noise floor: unless the grid says ``noise_floor: false``, its first run is a short
 ``solo`` run (block ``noise-floor``): the grid's run with the most peers (at least 2), every peer training
 alone, identical loops in identical containers, as many steps as that run (at most NOISE_FLOOR_STEPS),
-DEFAULT_REPEATS times (``--repeat N``: N times). How far apart the runs' samples/s land is the smallest
-difference the grid's results can show (one run gives no floor); `trainer report` prints it. It runs
-whatever ``--only`` selects.
+DEFAULT_REPEATS times (``noise_floor: N`` in the grid file: N times; ``--repeat N``: N times). How far apart
+the runs' samples/s land is the smallest difference the grid's results can show (one run gives no floor);
+`trainer report` prints it. It runs whatever ``--only`` selects.
 
 Runs are ordered block by block, repeat-major within a block (every setting once, then the second repeat,
 ...), so an interrupted grid has covered as many settings as possible. ``order: interleaved`` orders them
@@ -205,10 +205,13 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
     if order == "interleaved":
         runs = [dataclasses.replace(run, index=i) for i, run in enumerate(interleaved(runs), start=1)]
     noise_floor = top.get("noise_floor", True)
-    if not isinstance(noise_floor, bool):
-        where.fail("noise_floor", f"must be true or false (got {noise_floor!r})")
+    if not isinstance(noise_floor, bool) and not (isinstance(noise_floor, int) and noise_floor >= 2):
+        where.fail(
+            "noise_floor", f"must be true, false or a number of runs of at least 2 (got {noise_floor!r})"
+        )
     if noise_floor:
-        floor = noise_floor_runs(runs, DEFAULT_REPEATS if repeats is None else repeats)
+        floor_runs = DEFAULT_REPEATS if noise_floor is True else noise_floor
+        floor = noise_floor_runs(runs, floor_runs if repeats is None else repeats)
         runs = [*floor, *(dataclasses.replace(run, index=run.index + len(floor)) for run in runs)]
         names.insert(0, NOISE_FLOOR_BLOCK)
     description = str(top.get("description", "")).strip()

@@ -379,8 +379,8 @@ def test_preprocessing_grid_crosses_strategies_and_workers():
 
 def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_selects(tmp_path):
     """Short solo runs of the grid's largest run, Hivemind's own settings left out, as many
-    as the grid's repeats (the floor is the spread between runs); opt out with noise_floor: false, anything
-    but a bool refused."""
+    as the grid's repeats (the floor is the spread between runs) or as noise_floor says; opt out with
+    noise_floor: false, anything but a bool or a number of runs refused."""
     grid = load_grid(SMOKE, repeats=2)
     first = grid.runs[0]
     assert (first.index, first.block, first.repeat, first.strategy) == (1, "noise-floor", 1, "solo")
@@ -399,9 +399,15 @@ def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_select
     path = tmp_path / "quiet.yml"
     path.write_text(SMOKE.read_text() + "noise_floor: false\n")
     assert "solo" not in load_grid(path).totals()
-    path.write_text(SMOKE.read_text() + "noise_floor: sometimes\n")
-    with pytest.raises(GridError, match="noise_floor: must be true or false"):
-        load_grid(path)
+    path.write_text(SMOKE.read_text() + "noise_floor: 4\n")
+    assert [r.repeat for r in load_grid(path).runs if r.block == "noise-floor"] == [1, 2, 3, 4]
+    assert [r.repeat for r in load_grid(path, repeats=2).runs if r.block == "noise-floor"] == [1, 2]
+    for wrong in ("sometimes", "1"):
+        path.write_text(SMOKE.read_text() + f"noise_floor: {wrong}\n")
+        with pytest.raises(
+            GridError, match="noise_floor: must be true, false or a number of runs of at least 2"
+        ):
+            load_grid(path)
 
 
 STUDY = REPO / "grids" / "study.yml"
@@ -409,7 +415,8 @@ STUDY = REPO / "grids" / "study.yml"
 
 def test_study_grid_changes_one_factor_at_a_time_around_its_centre():
     """grids/study.yml: every run trains the same samples; each run differs from the centre point (BS 32,
-    LR 0.01, TBS 1250, LU off) in one factor, or is the centre; 3 repeats of every setting."""
+    LR 0.01, TBS 1250, LU off) in one factor, or is the centre; 3 repeats of every setting, 5 of 2 x 8 and
+    8 x 2 (and so of the noise floor)."""
     runs = study_runs(load_grid(STUDY))
     centre = {"batch_size": 32, "learning_rate": 0.01, "target_batch_size": 1250, "local_updates": False}
     settings = {}
@@ -422,9 +429,15 @@ def test_study_grid_changes_one_factor_at_a_time_around_its_centre():
         differs |= {"matchmaking_time"} if "matchmaking_time" in s else set()
         assert len(differs - {"local_updates"}) <= 1, run.experiment_id
         settings.setdefault(run.experiment_id.rsplit("-r", 1)[0], []).append(run.repeat)
-    assert all(sorted(repeats) == [1, 2, 3] for repeats in settings.values())
-    hivemind_peers = {r.settings["peers"] for r in runs if r.block == "peers"}
+    five = {run.experiment_id.rsplit("-r", 1)[0] for run in runs if run.repeat == 5}
+    assert len(five) == 2 and all(sorted(settings[s]) == [1, 2, 3, 4, 5] for s in five)
+    assert all(sorted(repeats) == [1, 2, 3] for s, repeats in settings.items() if s not in five)
+    five_peers = {r.settings["peers"] for r in runs if r.repeat == 5}
+    assert five_peers == {r.settings["peers"] for r in runs if r.block == "peers"} == {2, 8}
+    hivemind_peers = {r.settings["peers"] for r in runs if r.block.startswith("peers")}
     assert hivemind_peers == {2, 4, 8}  # 16 x 1 does not fit in this machine's memory (docs/study.md)
+    floor = [run.repeat for run in load_grid(STUDY).runs if run.block == "noise-floor"]
+    assert floor == [1, 2, 3, 4, 5]  # noise_floor: 5
     assert {r.settings["local_updates"] for r in runs if r.block == "local-updates"} == {True, False}
 
 
@@ -438,11 +451,12 @@ def test_interleaved_order_runs_every_setting_before_the_next_repeat():
     def peers(run):
         return 1 if run.strategy == "baseline" else run.settings["peers"]
 
-    for repeat in (1, 2, 3):
+    for repeat in (1, 2, 3, 4, 5):
         order = [peers(run) for run in runs if run.repeat == repeat]
-        assert order == sorted(order, reverse=repeat == 2)
+        assert order == sorted(order, reverse=repeat % 2 == 0)
     changes = sum(peers(a) != peers(b) for a, b in itertools.pairwise(runs))
-    assert changes == 3 * 3  # 4 shapes a repeat: 3 changes in each, none between repeats
+    # 4 shapes in each of the first 3 repeats: 3 changes in each; 2 in the last two, 1 change; none between
+    assert changes == 3 * 3 + 2 * 1
 
 
 def test_dry_run_prices_the_runs_to_run_from_the_grid_s_complete_runs(tmp_path):
