@@ -111,7 +111,7 @@ def molecule_runs(request):
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_molecule_scenario"
     ]
-    # only the images the selected scenarios use: the base image's scenarios run before the node image exists
+    # only the images the selected scenarios use: the base image's may run before the node image is built
     for image in sorted(set().union(*map(_images, selected))):
         found = subprocess.run(["podman", "image", "exists", image], env=_environment(), check=False)
         assert found.returncode == 0, f"{image} is missing: run `make image` first"
@@ -146,8 +146,8 @@ def test_scenarios_are_discovered() -> None:
     assert roles | {"ceph_test"} == {path.name for path in ROLES.iterdir() if (path / "tasks").is_dir()}
     converge = (ROLES / "dataset" / "molecule" / "default" / "converge.yml").read_text()
     assert "import_playbook: ../../../../playbooks/storage.yml" in converge
-    # every platform uses one of the local images; those on the base image alone are marked to run before the
-    # node image exists (a ${VAR:-default} image counts as its default)
+    # every platform uses one of the local images; those on the base image alone are marked, to run without
+    # the node image (a ${VAR:-default} image counts as its default)
     assert set().union(*map(_images, SCENARIOS)) == set(IMAGES)
     base = {p.values[0] for p in _params() if any(m.name == "base_image" for m in p.marks)}
     assert "prometheus/default" in base and "dataset/default" not in base, base
