@@ -7,6 +7,7 @@ given with ``-e key=value`` arrive as strings, so every value is parsed here.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -52,6 +53,13 @@ LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
 PRICE_FIELDS = ("price_per_vcpu_hour", "price_per_gb_egress")
 # A dilated run models the study's cluster network where no bandwidth is given (docs/time-dilation.md).
 MODELLED_LINK_MBIT = 1000.0
+# Where the controller holds the datasets the local cluster stages (roles/dataset's dataset_local_source): a
+# calibrated run's one-thread rate is measured on its own dataset from there.
+CONTROLLER_DATASETS = Path("/usr/share/datasets")
+# The CPU quota a calibrated container gets above its plan, for its trainer's pacing to hold the plan when
+# this machine's CPU runs slower for a while (docs/time-dilation.md, "Held to the calibration": a ResNet18
+# step's rate wanders by about 10 % over tens of seconds here).
+COMPUTE_HEADROOM = 0.15
 
 # name: (kind, default), from the one definition (experiment/variables.py)
 VARIABLES: dict[str, tuple[Any, Any]] = {v.name: (v.kind, v.default) for v in DEFINITION}
@@ -330,7 +338,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
             if compute:  # one thread at the share of a core that gives the calibrated rate / D
                 modelled = compute["modelled_rates"][host]
                 local_rate = modelled / dilation
-                cpus_limit = round(local_rate / compute["local_one_thread_rate"], 3)
+                cpus_limit = round((1 + COMPUTE_HEADROOM) * local_rate / compute["local_one_thread_rate"], 3)
                 threads = 1
                 rates = {
                     "modelled_samples_per_second": modelled,
@@ -358,6 +366,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
     trainer_settings = {name: settings[name] for name in TRAINER_FIELDS if settings[name] is not None}
     trainer_settings["time_dilation"] = dilation
+    if compute:  # each step paced to the plan's CPU speed, the quota's headroom beside it (trainer/loop.py)
+        trainer_settings["hold_rate"] = compute["local_one_thread_rate"]
+        trainer_settings["hold_headroom"] = COMPUTE_HEADROOM
     if settings["data_root"]:
         trainer_settings["data_root"] = settings["data_root"]
     if settings["strategy"] == "hivemind":
@@ -501,11 +512,18 @@ def _calibrated_compute(
     if not directory:
         return None, None
     containers = len(declared)
-    local_file = Path(directory) / f"{model}-bs{batch_size}-n{containers}.json"
+    # trained on the run's dataset where the controller holds it (the rate depends on the data), else on
+    # synthetic images
+    dataset, data_root = settings["dataset"], None
+    if dataset != "synthetic":
+        held = Path(inventory.get("datasets_dir") or CONTROLLER_DATASETS) / dataset
+        dataset, data_root = (dataset, str(held)) if held.is_dir() else ("synthetic", None)
+    data = "" if dataset == "synthetic" else f"-{dataset}"
+    local_file = Path(directory) / f"{model}-bs{batch_size}-n{containers}{data}.json"
     share = round(min(1.0, budget / containers), 3)
-    steps = max(8, 640 // batch_size)  # about 640 samples per process
+    steps = max(10, 1280 // batch_size)  # about 1280 samples per process: past the first steps' warm-up
     needed = {"model": model, "batch_size": batch_size, "file": str(local_file), "steps": steps}
-    needed["share"] = f"{containers}:{share}"
+    needed.update(share=f"{containers}:{share}", dataset=dataset, data_root=data_root)
     if not local_file.exists():
         return None, {**needed, "why": "not measured yet"}
     try:
@@ -520,6 +538,12 @@ def _calibrated_compute(
     stale = changed(document.get("measured_on", {}), inventory.get("machine") or {})
     if stale:
         return None, {**needed, "why": f"measured on another machine ({', '.join(stale)})"}
+    measured_at = (document.get("measured_on") or {}).get("measured_at")
+    fresh = inventory.get("local_rate_fresh") in (True, "True", "true")
+    if not fresh:
+        why = _too_old(measured_at, inventory.get("now"), float(settings["local_rate_reuse_minutes"] or 0))
+        if why:
+            return None, {**needed, "why": why}
     compute = {
         "calibration": calibration.describe(),
         "calibration_file": calibration.path,
@@ -527,37 +551,72 @@ def _calibrated_compute(
         "batch_size": batch_size,
         "local_one_thread_rate": one_thread,
         "local_rate_file": str(local_file),
+        "local_rate_measured_at": measured_at,
+        "local_rate_dataset": dataset,
+        "headroom": COMPUTE_HEADROOM,
+        "local_rate_reused": not fresh,
         "modelled_rates": modelled,
         "hivemind_compute_factors": factors,
     }
     return compute, None
 
 
+def _too_old(measured_at: str | None, now: str | None, reuse_minutes: float) -> str | None:
+    """Why a one-thread rate measured at ``measured_at`` does not stand for a run planned at ``now`` (both ISO
+    8601), or None where it does: it stands for ``reuse_minutes`` (0: for the run that measured it only).
+
+    >>> _too_old("2026-12-07T08:00:00+00:00", "2026-12-07T08:20:00+00:00", 30) is None
+    True
+    >>> _too_old("2026-12-07T08:00:00+00:00", "2026-12-07T08:20:00+00:00", 0)
+    'measured for every run (local_rate_reuse_minutes=0)'
+    >>> _too_old(None, "2026-12-07T08:20:00+00:00", 30)
+    'reused for 30 minutes (local_rate_reuse_minutes), and this one says not when'
+    >>> _too_old("2026-12-07T08:00:00+00:00", "2026-12-07T08:20:00", 30) is None  # no offset: UTC
+    True
+    >>> _too_old("2026-12-07T07:00:00+00:00", "2026-12-07T08:20:00+00:00", 30)
+    'measured 80 minutes ago, more than local_rate_reuse_minutes=30'
+    """
+    if reuse_minutes <= 0:
+        return "measured for every run (local_rate_reuse_minutes=0)"
+    try:
+        then, at = (datetime.datetime.fromisoformat(str(moment)) for moment in (measured_at, now))
+        utc = datetime.UTC  # a moment without its offset is UTC (Ansible's now(utc=true))
+        age = at.replace(tzinfo=at.tzinfo or utc) - then.replace(tzinfo=then.tzinfo or utc)
+    except ValueError:
+        return f"reused for {reuse_minutes:g} minutes (local_rate_reuse_minutes), and this one says not when"
+    minutes = age.total_seconds() / 60
+    if not 0 <= minutes <= reuse_minutes:
+        return f"measured {minutes:.0f} minutes ago, more than local_rate_reuse_minutes={reuse_minutes:g}"
+    return None
+
+
 def _calibrated_dilation(
     given: str | float, compute: dict[str, Any], budget: float, errors: list[str]
 ) -> float:
     """D of a calibrated run: each container runs one thread at the share of a core that makes it train at
-    its modelled rate / D, so every share must be at most one core and all must fit the budget; auto takes
-    the smallest such D (at least 1).
+    its modelled rate / D, with COMPUTE_HEADROOM more for the pacing, so every share must be at most one core
+    and all must fit the budget; auto takes the smallest such D (at least 1).
 
     >>> compute = {"modelled_rates": {"a": 246.0, "b": 246.0}, "local_one_thread_rate": 100.0}
-    >>> round(_calibrated_dilation("auto", compute, 1.75, []), 3)  # two 2-vCPU VMs: 492 / 175
-    2.811
+    >>> round(_calibrated_dilation("auto", compute, 1.75, []), 3)  # two 2-vCPU VMs: 1.15 x 492 / 175
+    3.233
     >>> round(_calibrated_dilation("auto", {**compute, "modelled_rates": {"a": 712.0}}, 1.75, []), 2)
-    7.12
+    8.19
     >>> errors = []; _ = _calibrated_dilation(2.0, compute, 1.75, errors); print(errors[0].split(": ")[-1])
-    use a factor >= 2.81 (or auto)
+    use a factor >= 3.23 (or auto)
     """
     rates = list(compute["modelled_rates"].values())
     one_thread = compute["local_one_thread_rate"]
-    smallest = max(1.0, max(rates) / one_thread, sum(rates) / (budget * one_thread))
+    room = 1 + COMPUTE_HEADROOM
+    smallest = max(1.0, room * max(rates) / one_thread, room * sum(rates) / (budget * one_thread))
     if given == "auto":
         return smallest
     if given < smallest * (1 - 1e-9):
         errors.append(
             f"time_dilation={given:g} would ask this machine for more than it has: each container runs one "
-            f"thread at its modelled rate / D ({one_thread:g} samples/s here at one thread, the {budget:g} "
-            f"cores of the budget): use a factor >= {smallest:.2f} (or auto)"
+            f"thread at its modelled rate / D with {COMPUTE_HEADROOM:.0%} headroom ({one_thread:g} samples/s "
+            f"here at one thread, the {budget:g} cores of the budget): use a factor >= {smallest:.2f} "
+            "(or auto)"
         )
     return float(given)
 

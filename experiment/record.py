@@ -49,6 +49,11 @@ EXPERIMENT_FIELDS: tuple[RecordField, ...] = (
     RecordField("hosts", (dict,), "per host: the plan, the CPU it received, its links and kernel"),
     RecordField("cpu_fairness", (dict,), "whether equal peers received equal CPU"),
     RecordField("speed_fairness", (dict,), "whether equal peers trained at equal speed"),
+    RecordField(
+        "received_compute",
+        _OPTIONAL_DICT,
+        "each peer's compute against its calibration (received_compute.py)",
+    ),
     RecordField("storage", (dict,), "where the peers read the dataset from"),
     RecordField("bootstrap", _OPTIONAL_DICT, "Hivemind: who started the DHT (and the DHT node's record)"),
     RecordField("lighthouse", _OPTIONAL_DICT, "DiLoCo: the Lighthouse's host, endpoint and log"),

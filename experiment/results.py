@@ -33,6 +33,10 @@ STEP_COLUMNS = (
     "hivemind_epoch",
     "peers",
     "rss_bytes",
+    "cpu_seconds",
+    "validation_seconds",
+    "paced_seconds",
+    "target_seconds",
 )
 ROUND_COLUMNS = (
     "round",
@@ -94,7 +98,7 @@ def failure_cause(outcome: str, allreduce_seconds: float | None, error: str | No
     return "other"
 
 
-EVAL_COLUMNS = ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy")
+EVAL_COLUMNS = ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy", "eval_seconds")
 COMPONENTS = ("step_seconds", "data_seconds", "compute_seconds", "optimizer_seconds", "averaging_seconds")
 ROUND_KINDS = ("gradients", "parameters")
 ROUND_OUTCOMES = ("ok", "failed", "timeout")
@@ -123,7 +127,10 @@ def percentile(values: list[float], fraction: float) -> float | None:
 # Two clocks (time dilation, trainer/dilation.py): a peer D times slower than the machine it models measures
 # D times longer durations; summary.json gives them as measured and, under ``modelled``, divided by D.
 #: summary.json's durations and rates that the modelled clock scales (components' statistics too)
-MODELLED_DURATIONS = ("wall_seconds", "training_seconds", "start_wait_seconds", "time_to_target_loss_seconds")
+MODELLED_DURATIONS = (
+    *("wall_seconds", "training_seconds", "validation_seconds", "start_wait_seconds"),
+    "time_to_target_loss_seconds",
+)
 MODELLED_RATES = ("samples_per_second",)
 
 #: the "kind" of a compute calibration (`trainer calibrate` writes it, controller/calibration.py reads it)
@@ -199,6 +206,16 @@ class StepRecord:
     peers: int
     wall_seconds: float | None = None
     rss_bytes: int | None = None  # the process's resident set after the step (trainer/memory.py)
+    #: the training thread's CPU time from the batch's arrival to the step's end (the main thread's: the one
+    #: thread of a local container; with more torch threads the others' are not in it)
+    cpu_seconds: float | None = None
+    #: the validation passes' time before this step's end, in all: the training clock is wall_seconds less it
+    validation_seconds: float = 0.0
+    #: a paced step's wait (trainer/loop.py, Pace), inside compute_seconds and step_seconds
+    paced_seconds: float = 0.0
+    #: a paced run's step: what its compute and optimizer would have taken at the planned CPU speed and quota
+    #: (None: a step with averaging, or a run not paced)
+    target_seconds: float | None = None
 
 
 @dataclass
@@ -255,6 +272,8 @@ class EvalRecord:
     val_loss: float
     val_accuracy: float
     wall_seconds: float | None = None
+    #: how long the pass took: a pause of training that the training clock leaves out
+    eval_seconds: float | None = None
 
 
 class ResultsWriter:

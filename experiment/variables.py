@@ -343,6 +343,14 @@ VARIABLES: tuple[Variable, ...] = (
         defines_setting=True,
     ),
     Variable(
+        "local_rate_reuse_minutes",
+        "float0",
+        0.0,
+        "minutes this machine's measured one-thread rate stands for later dilated runs of the same model, "
+        "batch size and containers (0: measured for every run, so that D follows the machine the run has)",
+        defines_setting=False,
+    ),
+    Variable(
         "calibration",
         "str",
         None,

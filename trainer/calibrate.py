@@ -148,12 +148,14 @@ WARM_UP_STEPS = 2
 
 
 def steady_rate(run_dir: Path) -> float | None:
-    """Samples/s of a finished run over its steps after the warm-up (its summary's rate where it has no
-    more steps than that; None where it did not finish)."""
+    """Samples/s of a finished run over its steps after the warm-up, from each batch's arrival to its step's
+    end (compute and optimizer: the data's loading is the storage's, not the CPU's, and the run's received
+    compute is measured the same way, controller/received_compute.py); its summary's rate where it has no
+    more steps than that; None where it did not finish."""
     if not (read_summary(run_dir) or {}).get("complete"):
         return None
     steps = read_steps(run_dir)[WARM_UP_STEPS:]
-    seconds = sum(row["step_seconds"] or 0.0 for row in steps)
+    seconds = sum((row["compute_seconds"] or 0.0) + (row["optimizer_seconds"] or 0.0) for row in steps)
     if not steps or seconds <= 0:
         return (read_summary(run_dir) or {}).get("samples_per_second")
     return sum(row["samples"] for row in steps) / seconds
@@ -168,10 +170,13 @@ def measure(
     work: Path,
     timeout: float,
     shared: tuple[int, float] | None = None,
+    data: tuple[str, str | None] = ("synthetic", None),
 ) -> dict[str, Any]:
     """One thread count: ``len(available) // threads`` pinned processes at once; their samples/s. With
     ``shared`` (processes, cores each): that many one-thread processes at once, unpinned, each under a CPU
-    quota of that many cores, as the local cluster's containers share this machine."""
+    quota of that many cores, as the local cluster's containers share this machine. ``data``: the dataset
+    and its directory the processes train on (the rate depends on it: this machine trains ResNet18 on
+    Fashion-MNIST faster than on synthetic images, docs/compute-calibration.md)."""
     count = shared[0] if shared else len(available) // threads
     directory = work / f"{model}-bs{batch_size}-t{threads}-n{count}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -185,7 +190,8 @@ def measure(
                 command = [sys.executable, "-m", "trainer", "run", "--strategy", "baseline", "--model", model]
                 command += [
                     "--dataset",
-                    "synthetic",
+                    data[0],
+                    *(["--data-root", data[1]] if data[1] else []),
                     "--batch-size",
                     str(batch_size),
                     "--max-steps",
@@ -214,6 +220,7 @@ def measure(
         "min": round(min(rates), 3),
         "max": round(max(rates), 3),
         "source": "trainer",
+        "dataset": data[0],
     }
     if shared:  # what one core of quota delivers, shared as the local cluster's containers share it
         row.update(
@@ -234,6 +241,7 @@ def document(available: list[int], steps: int, rates: list[dict[str, Any]]) -> d
             "host": platform.node(),
             "torch": torch.__version__,
             "date": datetime.date.today().isoformat(),
+            "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "steps": steps,
         },
         "method": METHOD,
@@ -301,6 +309,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch-sizes", default="32,128", help="comma-separated")
     parser.add_argument("--steps", type=int, default=60, help="training steps per process")
+    parser.add_argument("--dataset", default="synthetic", help="what the processes train on")
+    parser.add_argument("--data-root", default=None, help="the dataset's directory (trainer run --data-root)")
     parser.add_argument(
         "--cores", type=int, default=0, help="cores to fill (default: all this process may use)"
     )
@@ -389,6 +399,7 @@ def _measure_all(args: argparse.Namespace) -> dict[str, Any]:
                         Path(work),
                         args.timeout,
                         args.shared,
+                        (args.dataset, args.data_root),
                     )
                 )
                 print(

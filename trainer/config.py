@@ -224,6 +224,18 @@ class RunConfig:
     time_dilation: float = field(
         default=1.0, metadata=_opt("times slower this peer runs than the machine it models", metavar="D")
     )
+    hold_rate: float | None = field(
+        default=None,
+        metadata=_opt(
+            "a calibrated local run's samples per CPU second of the training thread, as planned: each step "
+            "without averaging is paced to it (trainer/loop.py, Pace; none: not paced)",
+            metavar="RATE",
+        ),
+    )
+    hold_headroom: float = field(
+        default=0.0,
+        metadata=_opt("the CPU quota this container was given above its plan (a share), for the pacing"),
+    )
     rank: int = field(default=0, metadata=_opt("data parallel: this process's rank (0 hosts the rendezvous)"))
     rendezvous: str = field(
         default="127.0.0.1:29500", metadata=_opt("data parallel: rank 0's HOST:PORT", metavar="HOST:PORT")
@@ -341,6 +353,10 @@ class RunConfig:
         problem = check_factor(self.time_dilation)
         if problem:
             raise ConfigError(problem, "time_dilation", self.time_dilation)
+        if self.hold_rate is not None and not self.hold_rate > 0:
+            raise ConfigError("must be a positive rate (samples per CPU second)", "hold_rate", self.hold_rate)
+        if not 0 <= self.hold_headroom < 1:
+            raise ConfigError("must be a share in [0, 1)", "hold_headroom", self.hold_headroom)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
         if self.zero_stage is not None:
             if self.strategy != "deepspeed":

@@ -26,6 +26,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Pace:
+    """Holds a calibrated local run's compute to its plan whatever this machine's CPU does meanwhile (a closed
+    loop per step, as DieCast's; docs/time-dilation.md, "Held to the calibration").
+
+    The container got ``1 + headroom`` times the CPU quota its plan needs at ``rate`` samples per CPU second
+    of the training thread. A step without averaging whose work took ``cpu`` CPU seconds over ``wall`` seconds
+    would have taken ``wall x (1 + headroom) x (samples / rate) / cpu`` at the planned speed and quota, its
+    share of the quota beside the container's other processes as it was; the loop sleeps the difference. A
+    step that ran slower than that (the CPU slower than the headroom covers) is not paced, and the run's
+    received compute shows it.
+
+    >>> pace = Pace(rate=400.0, headroom=0.15)  # a core of quota for a plan of 1 / 1.15 = 0.87 of one
+    >>> round(pace.target(samples=32, wall=0.0696, cpu=0.0696), 3)  # the CPU at 460 samples/CPU s, faster
+    0.092
+    >>> pace.target(samples=32, wall=0.1, cpu=0.0)
+    0.1
+    """
+
+    rate: float
+    headroom: float = 0.0
+
+    def target(self, samples: int, wall: float, cpu: float) -> float:
+        """The step's wall seconds at the planned CPU speed and quota (``wall`` where its CPU is unknown)."""
+        if cpu <= 0:
+            return wall
+        return wall * (1 + self.headroom) * (samples / self.rate) / cpu
+
+
 @dataclass
 class LoopLimits:
     """When the loop stops on its own and when it evaluates.
@@ -58,6 +87,7 @@ class TrainingLoop:
     :param writer: steps.csv/evals.csv writer (None: no files, e.g. in the overhead benchmark)
     :param telemetry: Prometheus metrics (None: none)
     :param signals: stop requests from SIGTERM/SIGINT (None: not watched)
+    :param pace: a calibrated local run's pacing of its steps (None: not paced)
     """
 
     def __init__(
@@ -72,6 +102,7 @@ class TrainingLoop:
         writer: ResultsWriter | None = None,
         telemetry: Telemetry | None = None,
         signals: StopSignals | None = None,
+        pace: Pace | None = None,
     ) -> None:
         self.model = model
         self.strategy = strategy
@@ -82,11 +113,14 @@ class TrainingLoop:
         self.writer = writer
         self.telemetry = telemetry
         self.signals = signals
+        self.pace = pace
         self.loss_fn = nn.CrossEntropyLoss()
         self.step = 0
         self.clock_origin = time.time()
         self._batches: Iterator | None = None
         self.requested_stop: str | None = None
+        #: the validation passes' time so far: pauses of training the training clock leaves out
+        self.validation_seconds = 0.0
 
     # ---------------------------------------------------------------- the run
 
@@ -149,15 +183,21 @@ class TrainingLoop:
         clock = time.perf_counter
         started = clock()
         images, labels = self.next_batch()
-        loaded = clock()
+        loaded, cpu_started = clock(), time.thread_time()
         self.strategy.zero_grad()
         loss = self.loss_fn(self.model(images), labels)
         self.strategy.backward(loss)
         computed = clock()
         outcome = self.strategy.step(len(labels))
-        finished = clock()
+        finished, cpu = clock(), time.thread_time() - cpu_started
         # collectives inside forward/backward (FSDP, DeepSpeed) are averaging, not compute
         in_compute = outcome.averaging_in_compute_seconds
+        target, paced = None, 0.0
+        if self.pace is not None and outcome.averaging_seconds == 0:
+            target = self.pace.target(len(labels), finished - loaded, cpu)
+            if target > finished - loaded:
+                time.sleep(target - (finished - loaded))
+                paced = clock() - finished
         self.step += 1
         timestamp = time.time()
         record = StepRecord(
@@ -165,15 +205,20 @@ class TrainingLoop:
             timestamp=timestamp,
             wall_seconds=timestamp - self.clock_origin,
             data_seconds=loaded - started,
-            compute_seconds=computed - loaded - in_compute,
+            # a paced step's wait is the modelled machine's compute: in compute_seconds, and apart
+            compute_seconds=computed - loaded - in_compute + paced,
             optimizer_seconds=finished - computed + in_compute,
             averaging_seconds=outcome.averaging_seconds,
-            step_seconds=finished - started,
+            step_seconds=finished - started + paced,
             samples=len(labels),
             loss=float(loss.detach()),
             hivemind_epoch=outcome.hivemind_epoch,
             peers=outcome.peers,
             rss_bytes=rss_bytes(),
+            cpu_seconds=cpu,
+            validation_seconds=self.validation_seconds,
+            paced_seconds=paced,
+            target_seconds=target,
         )
         if self.writer is not None:
             self.writer.write_step(record)
@@ -192,9 +237,11 @@ class TrainingLoop:
     # ---------------------------------------------------------------- validation
 
     def evaluate(self) -> tuple[float, float] | None:
-        """Validation loss and accuracy over ``eval_batches`` batches (all when 0); written to evals.csv."""
+        """Validation loss and accuracy over ``eval_batches`` batches (all when 0); written to evals.csv with
+        the pass's duration, which the training clock leaves out (``validation_seconds``)."""
         if self.val_loader is None:
             return None
+        started = time.perf_counter()
         self.model.eval()
         total_loss, correct, seen = 0.0, 0, 0
         with torch.no_grad():
@@ -211,6 +258,8 @@ class TrainingLoop:
         val_loss, val_accuracy = total_loss / seen, correct / seen
         self.stats.add_eval(val_loss, val_accuracy)
         timestamp = time.time()
+        took = time.perf_counter() - started
+        self.validation_seconds += took
         if self.writer is not None:
             self.writer.write_eval(
                 EvalRecord(
@@ -219,6 +268,7 @@ class TrainingLoop:
                     wall_seconds=timestamp - self.clock_origin,
                     val_loss=val_loss,
                     val_accuracy=val_accuracy,
+                    eval_seconds=took,
                 )
             )
         log.info("step %d validation loss %.4f accuracy %.3f", self.step, val_loss, val_accuracy)

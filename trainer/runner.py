@@ -26,7 +26,7 @@ from trainer import cpu_usage, memory, netcounters, shm
 from trainer.config import ConfigError, RunConfig
 from trainer.data import build_loaders
 from trainer.environment import apply_vcpus, git_revision, host_facts, package_versions
-from trainer.loop import LoopLimits, TrainingLoop, evaluate_at_end
+from trainer.loop import LoopLimits, Pace, TrainingLoop, evaluate_at_end
 from trainer.models import build_model
 from trainer.shutdown import StopRequested, StopSignals
 from trainer.stats import RunStats
@@ -192,11 +192,13 @@ class RunSession:
                 writer=self.writer,
                 telemetry=self.telemetry,
                 signals=self.signals,
+                pace=Pace(config.hold_rate, config.hold_headroom) if config.hold_rate else None,
             )
             if self.rejoin is not None:  # step numbers go on from the killed incarnation's last
                 loop.step = self.rejoin["steps_before"]
             exit_reason = loop.run(clock_origin=origin)
             self.loop_end = time.time()
+            self.stats.validation_seconds = loop.validation_seconds
             # the CPU received while training, not while finishing (a peer may serve averaging for a while)
             self.cpu_at_loop_end = cpu_usage.snapshot(self.process_roles)
             self.net_at_loop_end = netcounters.snapshot()

@@ -17,6 +17,9 @@ from experiment.results import (
     percentile,
 )
 
+#: the first steps of a run, left out of the compute it received (the calibration leaves out as many)
+RECEIVED_WARMUP_STEPS = 2
+
 
 @dataclass
 class RunStats:
@@ -36,6 +39,13 @@ class RunStats:
     best_loss: float | None = None
     hivemind_epoch: int = 0
     time_to_target_loss_seconds: float | None = None
+    #: the validation passes' time inside the training loop (the loop sets it at its end)
+    validation_seconds: float = 0.0
+    #: the steps that measure the compute this process received: after the warm-up, without averaging
+    #: (all steps after the warm-up where every step averages): [steps, samples, compute and optimizer
+    #: seconds, CPU seconds, a paced run's target seconds, paced seconds]
+    _received: list[float] = field(default_factory=lambda: [0, 0, 0.0, 0.0, 0.0, 0.0])
+    _received_averaging: list[float] = field(default_factory=lambda: [0, 0, 0.0, 0.0, 0.0, 0.0])
     rounds_ok: int = 0
     rounds_failed: int = 0
     rounds_failed_by_cause: dict[str, int] = field(default_factory=dict)
@@ -51,6 +61,13 @@ class RunStats:
         self.hivemind_epoch = record.hivemind_epoch
         for name in COMPONENTS:
             self.components[name].append(getattr(record, name))
+        if self.steps > RECEIVED_WARMUP_STEPS and record.cpu_seconds is not None:
+            into = self._received_averaging if record.averaging_seconds > 0 else self._received
+            seconds = record.compute_seconds + record.optimizer_seconds
+            target = record.target_seconds or 0.0
+            measured = (1, record.samples, seconds, record.cpu_seconds, target, record.paced_seconds)
+            for index, value in enumerate(measured):
+                into[index] += value
         if math.isfinite(record.loss):
             self._recent_losses.append(record.loss)
         smoothed = self.smoothed_loss
@@ -63,8 +80,8 @@ class RunStats:
             and smoothed is not None
             and smoothed <= self.target_loss
         )
-        if reached:
-            self.time_to_target_loss_seconds = record.wall_seconds
+        if reached and record.wall_seconds is not None:  # on the training clock: validation left out
+            self.time_to_target_loss_seconds = record.wall_seconds - record.validation_seconds
         return reached
 
     @property
@@ -83,6 +100,38 @@ class RunStats:
     def add_eval(self, val_loss: float, val_accuracy: float) -> None:
         self.final_val_loss = val_loss
         self.final_val_accuracy = val_accuracy
+
+    def compute_received(self) -> dict[str, Any] | None:
+        """What this process's steps say of the compute it received (controller/received_compute.py judges):
+        the samples, the seconds from the batch's arrival to the step's end (compute and optimizer, as the
+        calibration's synthetic batches) and the training thread's CPU seconds in them, over the steps after
+        the warm-up without averaging, or all of them where every step averages (``every_step_averages``);
+        a paced run's also the seconds its steps would have taken at the planned CPU speed and quota
+        (``target_seconds``) and how long it waited to hold them (``paced_seconds``, inside ``seconds``);
+        None before any.
+
+        >>> from experiment.results import StepRecord
+        >>> stats = RunStats()
+        >>> for step, averaging in enumerate([0.0, 0.0, 0.0, 0.5, 0.0], start=1):
+        ...     _ = stats.add_step(StepRecord(step, 0.0, 0.0, 0.2, 0.05, averaging, 0.25, 32, 1.0, 0, 1,
+        ...                                   cpu_seconds=0.24))
+        >>> stats.compute_received()
+        {'steps': 2, 'samples': 64, 'seconds': 0.5, 'cpu_seconds': 0.48, 'every_step_averages': False}
+        """
+        every = self._received[0] == 0
+        steps, samples, seconds, cpu, target, paced = self._received_averaging if every else self._received
+        if steps == 0:
+            return None
+        received = {
+            "steps": int(steps),
+            "samples": int(samples),
+            "seconds": seconds,
+            "cpu_seconds": cpu,
+            "every_step_averages": every,
+        }
+        if target > 0:
+            received.update(target_seconds=target, paced_seconds=paced)
+        return received
 
     def component_summary(self) -> dict[str, dict[str, float | None]]:
         summary = {}
@@ -111,12 +160,13 @@ class RunStats:
         time_dilation: float = 1.0,
     ) -> dict[str, Any]:
         """The summary.json document (schema in docs/architecture.md). ``samples_per_second`` is the training
-        loop's (barrier release to the loop's end, ``training_seconds``); ``wall_seconds`` also counts the
-        finish (a collaborative peer may wait for the others there, which is not training slower)."""
+        loop's (barrier release to the loop's end less its validation passes, ``training_seconds``;
+        ``validation_seconds`` beside it); ``wall_seconds`` also counts the finish (a collaborative peer may
+        wait for the others there, which is not training slower)."""
         released = barrier_release_timestamp
         wall = end_timestamp - released if released is not None else 0.0
         loop_end = loop_end_timestamp if loop_end_timestamp is not None else end_timestamp
-        training = loop_end - released if released is not None else 0.0
+        training = loop_end - released - self.validation_seconds if released is not None else 0.0
         document: dict[str, Any] = {
             "run_id": run_id,
             "peer_id": peer_id,
@@ -127,6 +177,7 @@ class RunStats:
             "samples": self.samples,
             "wall_seconds": wall,
             "training_seconds": training,
+            "validation_seconds": self.validation_seconds,
             "samples_per_second": self.samples / training if training > 0 else None,
             "start_timestamp": start_timestamp,
             "barrier_release_timestamp": barrier_release_timestamp,
@@ -143,6 +194,7 @@ class RunStats:
             "final_val_loss": self.final_val_loss,
             "final_val_accuracy": self.final_val_accuracy,
             "components": self.component_summary(),
+            "compute_received": self.compute_received(),
         }
         if extra:
             document.update(extra)

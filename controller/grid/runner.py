@@ -5,6 +5,9 @@ A failed run is recorded and the grid goes on with the next one (after tearing t
 Ctrl-C (SIGINT) or SIGTERM cancels the running playbook, tears the experiment down with `teardown.yml` and
 stops; a second Ctrl-C during the teardown gives up waiting for it. A sitting (``--sitting``) ends the grid
 before the first run that its estimate (controller/grid/estimate.py) says would end after the sitting's time.
+A complete run whose received compute strays further from its calibration than the grid's ``compute_limit``
+is moved to ``<results>/set-aside/<id>-<attempt>`` and run again, at most ``compute_reruns`` times; the last
+attempt is then kept and the status file says so.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -30,6 +34,8 @@ from experiment.record import read_experiment
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+#: below the results directory: complete runs set aside because their compute strayed from the calibration
+SET_ASIDE_DIR = "set-aside"
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -289,6 +295,10 @@ class GridRunner:
                     f"[{number}/{len(todo)}] {run.experiment_id} ({run.block}, repeat {run.repeat}): starting"
                 )
                 outcome = self._run_one(run, stop)
+                while outcome == "rerun":
+                    why = self.status.runs[run.experiment_id].message
+                    self.say(f"[{number}/{len(todo)}] {run.experiment_id}: {why}")
+                    outcome = self._run_one(run, stop)
                 if outcome == "interrupted":
                     self._teardown(run, stop)
                     break
@@ -349,7 +359,16 @@ class GridRunner:
             self.status.update(run, status="interrupted", message="stopped by the user", **changes)
             return "interrupted"
         if result.status == "successful" and experiment_complete(self.results_dir, run.experiment_id):
-            self.status.update(run, status="complete", message="", **changes)
+            outside = self._compute_outside(run)
+            if outside and len(record.set_aside) < self.grid.compute_reruns:
+                kept = self._set_aside(run, len(record.set_aside) + 1)
+                record.set_aside.append({"path": str(kept), "why": outside, "finished": changes["finished"]})
+                message = f"{outside}: set aside in {kept}, running it again"
+                self.status.update(run, status="pending", message=message, **changes)
+                return "rerun"
+            reruns = len(record.set_aside)
+            kept_anyway = f"kept with {outside} after {reruns} reruns (compute_reruns)" if outside else ""
+            self.status.update(run, status="complete", message=kept_anyway, **changes)
             return "complete"
         if result.status == "successful":
             experiment = read_experiment(self.results_dir / run.experiment_id) or {}
@@ -363,6 +382,29 @@ class GridRunner:
             message = f"playbook {result.status} (rc {result.rc}): {detail}"
         self.status.update(run, status="failed", message=message, **changes)
         return "failed"
+
+    def _compute_outside(self, run: Run) -> str:
+        """Why the run's received compute is outside the grid's limit (controller/received_compute.py), or ''
+        where it is within, or the run followed no calibration, or the grid checks none."""
+        limit = self.grid.compute_limit
+        received = (read_experiment(self.results_dir / run.experiment_id) or {}).get("received_compute")
+        if limit is None or not isinstance(received, dict) or not received.get("peers"):
+            return ""
+        ratios = {host: float(peer["ratio"]) for host, peer in received["peers"].items()}
+        outside = {host: ratio for host, ratio in ratios.items() if abs(ratio - 1) > limit}
+        if not outside:
+            return ""
+        listed = ", ".join(f"{host} {ratio:.3f}" for host, ratio in sorted(outside.items()))
+        return f"received compute outside the calibration's ±{limit:.0%} ({received.get('basis')}: {listed})"
+
+    def _set_aside(self, run: Run, attempt: int) -> Path:
+        """Move a complete run's results out of the grid's way, kept (SET_ASIDE_DIR), to run it again."""
+        target = self.results_dir / SET_ASIDE_DIR / f"{run.experiment_id}-{attempt}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(str(self.results_dir / run.experiment_id), target)
+        return target
 
     def _teardown(self, run: Run, stop: _StopRequest) -> None:
         self.say(f"grid: tearing down {run.experiment_id} (playbooks/teardown.yml)")

@@ -6,6 +6,9 @@ A grid file (YAML) holds::
     description: ...              # optional
     noise_floor: true             # optional, default true: `solo` runs first (NOISE_FLOOR_BLOCK); N: N runs
     order: blocks                 # optional: blocks (default) or interleaved (see the end of this docstring)
+    compute_limit: 0.05           # optional, default 0.05: a run's received compute may stray this far from
+                                  # the calibration (false: not checked); outside it the run is run again
+    compute_reruns: 2             # optional, default 2: how many times, before the last is kept and said
     constants: {name: value}      # numbers usable in expressions, never passed to the playbook
     fixed: {var: value}           # playbook variables shared by every block
     derived: {var: expression}    # shared derived values (a block's own value for the key wins)
@@ -62,7 +65,14 @@ from controller.grid.expr import Expression, ExpressionError, compile_expression
 from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_settings, check_var
 from experiment.variables import BY_NAME, HIVEMIND_FIELDS
 
-TOP_KEYS = ("name", "description", "noise_floor", "order", "constants", "fixed", "derived", "blocks")
+TOP_KEYS = (
+    *("name", "description", "noise_floor", "order", "compute_limit", "compute_reruns", "constants"),
+    *("fixed", "derived", "blocks"),
+)
+#: how far a run's received compute may stray from its calibration (controller/received_compute.py), and how
+#: many times a run outside it is run again, where the grid file says neither
+DEFAULT_COMPUTE_LIMIT = 0.05
+DEFAULT_COMPUTE_RERUNS = 2
 #: the values of a grid's ``order`` (module docstring): block by block, or repeat-major over every block
 ORDERS = ("blocks", "interleaved")
 BLOCK_KEYS = ("name", "description", "repeats", "fixed", "axes", "derived")
@@ -109,6 +119,9 @@ class Grid:
     description: str
     runs: tuple[Run, ...]
     blocks: tuple[str, ...] = field(default=())
+    #: a run whose received compute strays further from the calibration is run again (None: not checked)
+    compute_limit: float | None = DEFAULT_COMPUTE_LIMIT
+    compute_reruns: int = DEFAULT_COMPUTE_RERUNS
 
     def totals(self) -> Counter[str]:
         """Number of runs per strategy."""
@@ -215,7 +228,23 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
         runs = [*floor, *(dataclasses.replace(run, index=run.index + len(floor)) for run in runs)]
         names.insert(0, NOISE_FLOOR_BLOCK)
     description = str(top.get("description", "")).strip()
-    return Grid(name=name, path=path, description=description, runs=tuple(runs), blocks=tuple(names))
+    limit = top.get("compute_limit", DEFAULT_COMPUTE_LIMIT)
+    if limit is False:
+        limit = None
+    elif isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < 1:
+        where.fail("compute_limit", f"must be a fraction between 0 and 1, or false (got {limit!r})")
+    reruns = top.get("compute_reruns", DEFAULT_COMPUTE_RERUNS)
+    if isinstance(reruns, bool) or not isinstance(reruns, int) or reruns < 0:
+        where.fail("compute_reruns", f"must be a number of runs, 0 or more (got {reruns!r})")
+    return Grid(
+        name=name,
+        path=path,
+        description=description,
+        runs=tuple(runs),
+        blocks=tuple(names),
+        compute_limit=None if limit is None else float(limit),
+        compute_reruns=reruns,
+    )
 
 
 def interleaved(runs: list[Run]) -> list[Run]:

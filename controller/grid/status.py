@@ -51,6 +51,9 @@ class RunStatus:
     rc: int | None = None
     message: str = ""
     log: str | None = None
+    #: complete attempts whose received compute strayed outside the grid's limit: where each was set aside
+    #: and why (the grid ran the run again)
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +83,7 @@ class GridStatus:
                         setattr(record, key, old[key])
                 record.message = old.get("message", "")
                 record.log = old.get("log")
+                record.set_aside = list(old.get("set_aside") or [])
             status.runs[run.experiment_id] = record
         return status
 

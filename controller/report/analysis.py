@@ -132,6 +132,11 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "complete": e.complete,
         "time_dilation": e.time_dilation,
         "scale_model": scale_model_caveat(e),
+        # the compute its containers received over the calibration's, and its basis (received_compute.py)
+        "received_compute": (e.received_compute or {}).get("ratio"),
+        "received_compute_basis": (e.received_compute or {}).get("basis"),
+        # the validation passes' time the training clock leaves out, summed over the peers (modelled)
+        "validation_seconds": _validation_seconds(e),
         "steps": len(steps),
         "samples": int(samples),
         "wall_seconds": wall,
@@ -156,6 +161,13 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         # why they failed (rounds.csv `cause`; files written before it existed count as other)
         **{f"failed_{cause}": sum(_cause(row) == cause for row in rounds) for cause in ROUND_CAUSES},
     }
+
+
+def _validation_seconds(e: Experiment) -> float | None:
+    """The validation passes' time of every peer, summed (None where the files do not record it)."""
+    passes = [row.get("eval_seconds") for peer in e.peers for row in peer.evals]
+    known = [float(seconds) for seconds in passes if seconds is not None]
+    return sum(known) if known else None
 
 
 def scale_model_caveat(e: Experiment) -> str | None:

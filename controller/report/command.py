@@ -193,6 +193,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
             "",
         ]
     rows = analysis.tables["experiments"].rows
+    lines += _received_compute_lines(experiments)
     outside = {row["experiment_id"]: row["scale_model"] for row in rows if row.get("scale_model")}
     if outside:
         lines += [
@@ -289,6 +290,25 @@ def _section(analysis: Analysis, name: str, *, heading: bool = True) -> str:
     table = analysis.tables[name]
     title = f"## {table.title}\n\n" if heading else ""
     return f"{title}Table `{name}.csv`:\n\n{table.markdown()}\n"
+
+
+def _received_compute_lines(experiments: list[Experiment]) -> list[str]:
+    """report.md's line on the compute the dilated runs received against their calibration."""
+    measured = [e for e in experiments if e.received_compute]
+    if not measured:
+        return []
+    ratios = [float(e.received_compute["ratio"]) for e in measured]
+    within = [e for e in measured if e.received_compute.get("within")]
+    limits = ", ".join(
+        f"{x:.0%}" for x in sorted({float(e.received_compute.get("limit") or 0) for e in measured})
+    )
+    unmeasured = sum(not e.received_compute for e in experiments if e.compute)
+    return [
+        "Compute received against the calibration (`received_compute` in `experiments.csv`, measured from "
+        f"each run's steps): {len(within)} of {len(measured)} runs within ±{limits} (run ratios "
+        f"{min(ratios):.3f}-{max(ratios):.3f}); {unmeasured} calibrated runs did not measure it.",
+        "",
+    ]
 
 
 def _definitions() -> str:

@@ -10,6 +10,7 @@ whose subdirectories hold trainer results is read from the `config.json` files a
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -77,6 +78,9 @@ class Experiment:
     #: experiment.json's ``host_load``: what else loaded the controller's machine during the run (None: not
     #: recorded)
     host_load: dict[str, Any] | None = None
+    #: experiment.json's ``received_compute``: each peer's compute against the calibration, measured from its
+    #: steps (controller/received_compute.py; None: no calibration, or recorded before it was measured)
+    received_compute: dict[str, Any] | None = None
     #: what tells its setting's label from another setting's of the same label (``distinguish_labels``)
     label_suffix: str = ""
 
@@ -230,9 +234,73 @@ def load_experiment(path: Path) -> Experiment | None:
         compute=compute if isinstance(compute := document.get("compute"), dict) else None,
         clocks=clocks if isinstance(clocks := document.get("clocks"), dict) else {},
         host_load=load if isinstance(load := document.get("host_load"), dict) else None,
+        received_compute=got if isinstance(got := document.get("received_compute"), dict) else None,
     )
+    experiment = on_training_clock(experiment)
     factor = float(document.get("time_dilation") or configs[0].get("time_dilation") or 1.0)
     return in_modelled_time(experiment, factor) if factor > 1 else experiment
+
+
+def on_training_clock(experiment: Experiment) -> Experiment:
+    """Every peer's rows on its training clock: ``wall_seconds`` less the validation passes before it
+    (steps.csv's ``validation_seconds``, evals.csv's ``eval_seconds``), so that throughput and time to target
+    count training alone (docs/statistics.md). Files without those columns keep their clock: their validation
+    is inside it.
+
+    >>> steps = [{"wall_seconds": 10.0, "validation_seconds": 0.0}, {"wall_seconds": 20.0,
+    ...          "validation_seconds": 4.0}]
+    >>> evals = [{"wall_seconds": 14.0, "eval_seconds": 4.0}]
+    >>> rounds = [{"wall_seconds": 16.0}, {"wall_seconds": 21.0}]
+    >>> run = Experiment("x", Path("x"), {}, True, [PeerRun("p", steps, rounds, True, {}, evals)])
+    >>> peer = on_training_clock(run).peers[0]
+    >>> [r["wall_seconds"] for r in (*peer.steps, *peer.evals, *peer.rounds)]
+    [10.0, 16.0, 10.0, 12.0, 17.0]
+    """
+
+    def steps_clock(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {**row, "wall_seconds": row["wall_seconds"] - float(row.get("validation_seconds") or 0.0)}
+            if row.get("wall_seconds") is not None
+            else row
+            for row in rows
+        ]
+
+    def evals_clock(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        paused, moved = 0.0, []
+        for row in rows:
+            paused += float(row.get("eval_seconds") or 0.0)
+            wall = row.get("wall_seconds")
+            moved.append(row if wall is None else {**row, "wall_seconds": wall - paused})
+        return moved
+
+    def rounds_clock(rows: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        marks = sorted(
+            (float(s["wall_seconds"]), float(s.get("validation_seconds") or 0.0))
+            for s in steps
+            if s.get("wall_seconds") is not None
+        )
+        moments = [wall for wall, _ in marks]
+        moved = []
+        for row in rows:
+            wall = row.get("wall_seconds")
+            if wall is None or not marks:
+                moved.append(row)
+                continue
+            # the pauses before the round: those recorded by the last step that ended after it
+            later = bisect.bisect_left(moments, float(wall))
+            paused = marks[min(later, len(marks) - 1)][1]
+            moved.append({**row, "wall_seconds": wall - paused})
+        return moved
+
+    if not any(row.get("validation_seconds") for peer in experiment.peers for row in peer.steps):
+        return experiment
+    peers = [
+        dataclasses.replace(
+            p, steps=steps_clock(p.steps), evals=evals_clock(p.evals), rounds=rounds_clock(p.rounds, p.steps)
+        )
+        for p in experiment.peers
+    ]
+    return dataclasses.replace(experiment, peers=peers)
 
 
 #: steps.csv/rounds.csv/evals.csv columns in seconds; ``timestamp`` (Unix time) is rebased instead

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.calibration import DEFAULT, KIND, CalibrationError, load
+from controller.plan import COMPUTE_HEADROOM
 
 SHIPPED = load(DEFAULT)
 
@@ -34,6 +35,9 @@ def _write(tmp_path, rates, **extra):
     path.write_text(json.dumps({"kind": KIND, "measured_on": {"cores": 2}, "rates": rates, **extra}))
     return path
 
+
+#: the quota a calibrated container gets over its plan, for its trainer's pacing
+ROOM = 1 + COMPUTE_HEADROOM
 
 ROW = {"model": "resnet18", "batch_size": 32, "threads": 1, "samples_per_second": 100.0}
 
@@ -134,6 +138,10 @@ def _inventory(tmp_path, vcpus: list[int], one_thread: float | None = 91.5, batc
         "host_cores": 2,
         "hostvars": hostvars,
         "local_rate_dir": str(cache),
+        # as validate.yml's second plan, once it measured the rate for this run
+        "local_rate_fresh": True,
+        # no dataset held on the controller: the rate is measured on synthetic images
+        "datasets_dir": str(tmp_path / "datasets"),
     }
 
 
@@ -147,10 +155,11 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     assert peers["errors"] == [], peers["errors"]
     d_peers = peers["time_dilation"]
     # all 16 fill the 1.75-core budget
-    assert d_peers == pytest.approx(16 * rate(1) / (1.75 * 91.5), rel=1e-6)
+    assert d_peers == pytest.approx(ROOM * 16 * rate(1) / (1.75 * 91.5), rel=1e-6)
     for entry in peers["plan"].values():
         assert entry["threads"] == 1 and entry["modelled_samples_per_second"] == rate(1)
-        assert entry["cpus_limit"] == pytest.approx(rate(1) / d_peers / 91.5, abs=1e-3)
+        # the plan's share and the headroom above it that the trainer's pacing holds the plan with
+        assert entry["cpus_limit"] == pytest.approx(ROOM * rate(1) / d_peers / 91.5, abs=1e-3)
     assert sum(e["cpus_limit"] for e in peers["plan"].values()) == pytest.approx(1.75, abs=0.01)
     assert peers["compute"]["calibration_file"] == str(DEFAULT)
     assert peers["compute"]["local_one_thread_rate"] == 91.5
@@ -165,7 +174,9 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     entry = baseline["plan"]["peer-01"]
     # one thread can use one core at most: D is the calibrated rate over this machine's one-thread rate
     assert entry["cpus_limit"] == 1.0 and entry["threads"] == 1
-    assert baseline["time_dilation"] == pytest.approx(rate(16) / 91.5)
+    assert baseline["time_dilation"] == pytest.approx(ROOM * rate(16) / 91.5)
+    assert baseline["trainer_settings"]["hold_rate"] == 91.5
+    assert baseline["trainer_settings"]["hold_headroom"] == COMPUTE_HEADROOM
     # modelled = local x D: what each run's containers deliver, in the study's units
     modelled_peers = sum(e["local_samples_per_second"] for e in peers["plan"].values()) * d_peers
     modelled_baseline = entry["local_samples_per_second"] * baseline["time_dilation"]
@@ -194,25 +205,61 @@ def test_the_one_thread_rate_is_asked_for_once_and_a_factor_must_fit(tmp_path):
         "model": "resnet18",
         "batch_size": 32,
         "file": str(tmp_path / "local-rate" / "resnet18-bs32-n2.json"),
-        "steps": 20,
+        "steps": 40,
         "share": "2:0.875",
+        "dataset": "synthetic",
+        "data_root": None,
         "why": "not measured yet",
     }
     inventory = _inventory(tmp_path, [8, 8])
     fits = testbed_experiment({"peers": "2", "time_dilation": "20"}, inventory)
     assert fits["errors"] == [] and fits["time_dilation"] == 20.0 and fits["local_rate_needed"] is None
-    # measured on this machine (the file records cores 2): reused; on another torch or CPU: measured again
+    # measured on this machine (the file records cores 2) for this run: used; on another torch or CPU:
+    # measured again
     same = {"cores": 2, "cpu_model": "any", "torch": "2.1"}
-    reused = testbed_experiment({"peers": "2", "time_dilation": "20"}, {**inventory, "machine": same})
-    assert reused["local_rate_needed"] is None and reused["compute"]["local_one_thread_rate"] == 91.5
+    used = testbed_experiment({"peers": "2", "time_dilation": "20"}, {**inventory, "machine": same})
+    assert used["local_rate_needed"] is None and used["compute"]["local_one_thread_rate"] == 91.5
+    assert used["compute"]["local_rate_reused"] is False
     moved = testbed_experiment({"peers": "2"}, {**inventory, "machine": {**same, "cores": 4}})
     assert moved["compute"] is None and moved["local_rate_needed"]["why"] == (
         "measured on another machine (cores: 2 -> 4)"
     )
-    assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(rate(8) / 20 / 91.5, abs=1e-3)
+    assert fits["plan"]["peer-01"]["cpus_limit"] == pytest.approx(ROOM * rate(8) / 20 / 91.5, abs=1e-3)
     refused = testbed_experiment({"peers": "2", "time_dilation": "2"}, inventory)["errors"]
-    smallest = 2 * rate(8) / (1.75 * 91.5)  # both 8-vCPU containers in the 1.75-core budget
+    smallest = ROOM * 2 * rate(8) / (1.75 * 91.5)  # both 8-vCPU containers, with headroom, in the budget
     assert any(f"use a factor >= {smallest:.2f}" in error for error in refused), refused
+
+
+def test_the_one_thread_rate_is_measured_for_every_run_unless_reuse_is_asked_for(tmp_path):
+    """D follows the machine the run has: an earlier run's rate is measured again, unless the run allows
+    reusing one for local_rate_reuse_minutes and it is that recent."""
+    from controller.plan import testbed_experiment
+
+    inventory = {
+        **_inventory(tmp_path, [8, 8]),
+        "local_rate_fresh": False,
+        "now": "2026-12-07T09:00:00+00:00",
+    }
+    cached = tmp_path / "local-rate" / "resnet18-bs32-n2.json"
+    document = json.loads(cached.read_text())
+    document["measured_on"]["measured_at"] = "2026-12-07T08:50:00+00:00"
+    cached.write_text(json.dumps(document))
+    again = testbed_experiment({"peers": "2"}, inventory)
+    assert again["compute"] is None
+    assert again["local_rate_needed"]["why"] == "measured for every run (local_rate_reuse_minutes=0)"
+    reused = testbed_experiment({"peers": "2", "local_rate_reuse_minutes": "15"}, inventory)
+    assert reused["local_rate_needed"] is None and reused["compute"]["local_rate_reused"] is True
+    assert reused["compute"]["local_rate_measured_at"] == "2026-12-07T08:50:00+00:00"
+    old = testbed_experiment({"peers": "2", "local_rate_reuse_minutes": "5"}, inventory)
+    assert old["local_rate_needed"]["why"] == "measured 10 minutes ago, more than local_rate_reuse_minutes=5"
+    # where the controller holds the run's dataset, the rate is measured on it (another file)
+    (tmp_path / "datasets" / "fashion-mnist").mkdir(parents=True)
+    held = testbed_experiment({"peers": "2", "dataset": "fashion-mnist"}, inventory)["local_rate_needed"]
+    assert (held["dataset"], held["data_root"]) == (
+        "fashion-mnist",
+        str(tmp_path / "datasets" / "fashion-mnist"),
+    )
+    assert held["file"].endswith("resnet18-bs32-n2-fashion-mnist.json") and held["why"] == "not measured yet"
 
 
 def test_linear_off_and_uncalibrated_models_keep_the_linear_model(tmp_path):

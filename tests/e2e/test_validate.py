@@ -380,10 +380,11 @@ def test_role_and_inventory_variables_given_with_e_stay_legal(tmp_path):
     assert "unknown variable" not in run.output
 
 
-def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_every_check(tmp_path):
-    """A dilated run the calibration covers learns this machine's one-thread rate (`trainer
-    calibrate --share`, kept per model, batch size and containers), only after every check passed; the plan
-    then gives each container one thread at its calibrated rate / D (a SmallCNN calibration for the test)."""
+def test_a_calibrated_run_measures_this_machines_one_thread_rate_for_itself_after_every_check(tmp_path):
+    """A dilated run the calibration covers measures this machine's one-thread rate (`trainer calibrate
+    --share`, kept per model, batch size and containers) for itself, only after every check passed, and again
+    for the next run unless that one allows reusing it (local_rate_reuse_minutes); the plan then gives each
+    container one thread at its calibrated rate / D with the pacing's headroom (a SmallCNN calibration)."""
     calibration = tmp_path / "calibration.json"
     rates = [
         {"model": "smallcnn", "batch_size": 16, "threads": threads, "samples_per_second": rate}
@@ -401,14 +402,28 @@ def test_a_calibrated_run_measures_this_machines_one_thread_rate_once_after_ever
         assert refused.returncode != 0 and "peer-07 is not in this run" in refused.output
         assert not (cache / "testbed").exists()  # nothing measured for a run that does not start
         first = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=300)
-        again = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=120)
+        first_rate = json.loads((cache / "testbed" / "local-rate" / "smallcnn-bs16-n2.json").read_text())
+        again = run_playbook("validate.yml", *arguments, "-e", "time_dilation=auto", timeout=300)
+        reused = run_playbook(
+            "validate.yml",
+            *arguments,
+            "-e",
+            "time_dilation=auto",
+            "-e",
+            "local_rate_reuse_minutes=30",
+            timeout=120,
+        )
     assert first.returncode == 0, first.output[-4000:]
     local_rate = cache / "testbed" / "local-rate" / "smallcnn-bs16-n2.json"
     measured = json.loads(local_rate.read_text())["rates"]
     # one one-thread process per container, each under its share of the budget, all at once
     assert [(r["threads"], r["processes"], r["quota_cores"]) for r in measured] == [(1, 2, 0.875)]
     assert "Measure this machine's one-thread rate" in first.output
-    assert again.returncode == 0 and "Measure this machine" not in again.output
-    one_thread = measured[0]["samples_per_core_second"]
-    dilation = max(1.0, 1200.0 / one_thread, 2 * 1200.0 / (1.75 * one_thread))
+    assert again.returncode == 0 and "Measure this machine's one-thread rate" in again.output
+    assert "measured for every run (local_rate_reuse_minutes=0)" in again.output
+    assert reused.returncode == 0 and "Measure this machine" not in reused.output
+    later = json.loads(local_rate.read_text())["measured_on"]["measured_at"]
+    assert later >= first_rate["measured_on"]["measured_at"]
+    one_thread = first_rate["rates"][0]["samples_per_core_second"]
+    dilation = max(1.0, 1.15 * 1200.0 / one_thread, 1.15 * 2 * 1200.0 / (1.75 * one_thread))
     assert f"dilated by D = {dilation:.2f}" in first.output and f"{one_thread:g} samples/s" in first.output

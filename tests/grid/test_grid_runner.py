@@ -70,6 +70,49 @@ def test_runs_every_run_continues_past_a_failure_and_retries_it(tmp_path, stand_
     assert status(tmp_path)[failing]["attempts"] == 2
 
 
+def test_a_run_whose_compute_strays_from_the_calibration_is_set_aside_and_run_again(tmp_path, stand_in_env):
+    """The grid's compute_limit: a complete run outside it is moved to set-aside/ (kept) and run again; one
+    that stays outside after compute_reruns is kept, and the status file and the output say so."""
+    grid, ids = small_grid(tmp_path, 2)
+    strays, steady = ids
+    first = trainer(
+        *grid_args(tmp_path, grid=grid), env={**stand_in_env, "GRID_STAND_IN_STRAY": f"{strays}:1"}
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert calls(tmp_path) == [f"experiment {strays} force=False"] * 2 + [f"experiment {steady} force=False"]
+    record = status(tmp_path)[strays]
+    assert record["status"] == "complete" and record["message"] == "" and record["attempts"] == 2
+    (aside,) = record["set_aside"]
+    assert aside["why"] == "received compute outside the calibration's ±5% (step rate: peer-01 0.900)"
+    assert Path(aside["path"]) == tmp_path / "results" / "set-aside" / f"{strays}-1"
+    kept = json.loads((Path(aside["path"]) / "experiment.json").read_text())
+    assert kept["received_compute"]["ratio"] == 0.9
+    assert (
+        json.loads((tmp_path / "results" / strays / "experiment.json").read_text())["received_compute"][
+            "ratio"
+        ]
+        == 1.0
+    )
+    assert f"{strays}: received compute outside" in first.stdout and "running it again" in first.stdout
+    assert status(tmp_path)[steady]["set_aside"] == []
+
+    # always outside: run 1 + compute_reruns times, the last kept and said
+    text = grid.read_text().replace("noise_floor: false\n", "noise_floor: false\ncompute_reruns: 1\n")
+    (stubborn_grid := tmp_path / "stubborn.yml").write_text(text)
+    (tmp_path / "calls.log").unlink()
+    again = trainer(
+        *grid_args(tmp_path / "again", grid=stubborn_grid),
+        env={**stand_in_env, "GRID_STAND_IN_STRAY": f"{strays}:9"},
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    record = json.loads((tmp_path / "again" / "results" / "grid-smoke.status.json").read_text())["runs"][
+        strays
+    ]
+    assert record["status"] == "complete" and len(record["set_aside"]) == 1 and record["attempts"] == 2
+    assert record["message"].startswith("kept with received compute outside the calibration's ±5%")
+    assert record["message"].endswith("after 1 reruns (compute_reruns)")
+
+
 def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env):
     """Results dirs laid out as the playbook writes them; the runner reads only experiment.json (a real
     trainer's results in them: test_grid_report.py)."""

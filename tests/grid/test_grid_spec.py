@@ -410,6 +410,25 @@ def test_the_noise_floor_runs_first_as_often_as_repeat_says_whatever_only_select
             load_grid(path)
 
 
+def test_the_compute_limit_and_its_reruns_are_read_and_checked(tmp_path):
+    """A grid's compute_limit (a fraction, or false) and compute_reruns (0 or more); defaults 5 % and 2."""
+    smoke = load_grid(SMOKE)
+    assert (smoke.compute_limit, smoke.compute_reruns) == (0.05, 2)
+    path = tmp_path / "held.yml"
+    path.write_text(SMOKE.read_text() + "compute_limit: 0.08\ncompute_reruns: 0\n")
+    assert (load_grid(path).compute_limit, load_grid(path).compute_reruns) == (0.08, 0)
+    path.write_text(SMOKE.read_text() + "compute_limit: false\n")
+    assert load_grid(path).compute_limit is None
+    for key, wrong, message in (
+        ("compute_limit", "5", "must be a fraction between 0 and 1, or false"),
+        ("compute_limit", "true", "must be a fraction between 0 and 1, or false"),
+        ("compute_reruns", "-1", "must be a number of runs, 0 or more"),
+    ):
+        path.write_text(SMOKE.read_text() + f"{key}: {wrong}\n")
+        with pytest.raises(GridError, match=f"{key}: {message}"):
+            load_grid(path)
+
+
 STUDY = REPO / "grids" / "study.yml"
 
 

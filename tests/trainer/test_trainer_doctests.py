@@ -9,6 +9,8 @@ import pytest
 
 MODULES = [
     "trainer.config",
+    "trainer.stats",
+    "trainer.loop",
     "experiment.results",
     "trainer.telemetry",
     "trainer.models",

@@ -49,9 +49,9 @@ def step(number: int, timestamp: float, loss: float = 1.0, wall: float | None = 
 
 
 def test_columns_match_the_contract() -> None:
-    assert STEP_COLUMNS[:3] == ("step", "timestamp", "wall_seconds") and len(STEP_COLUMNS) == 13
+    assert STEP_COLUMNS[:3] == ("step", "timestamp", "wall_seconds") and len(STEP_COLUMNS) == 17
     assert "matchmaking_seconds" in ROUND_COLUMNS and ROUND_COLUMNS[0] == "round"
-    assert EVAL_COLUMNS == ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy")
+    assert EVAL_COLUMNS == ("step", "timestamp", "wall_seconds", "val_loss", "val_accuracy", "eval_seconds")
 
 
 def test_round_trip(tmp_path) -> None:
