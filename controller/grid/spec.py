@@ -9,6 +9,14 @@ A grid file (YAML) holds::
     compute_limit: 0.05           # optional, default 0.05: a run's received compute may stray this far from
                                   # the calibration (false: not checked); outside it the run is run again
     compute_reruns: 2             # optional, default 2: how many times, before the last is kept and said
+    headline:                     # optional: named before the runs, the report's confirmatory family
+      loss_target: 1.0            #   the target loss and accuracy its times to target use
+      accuracy_target: 0.75
+      correction: holm            #   holm (default) or none: over the family's comparisons and metrics
+      comparisons:                #   each: name, runs and against (expressions as --only's, over the runs)
+        - name: 2 x 8 against the baseline
+          runs: "block == 'peers' and peers == 2"
+          against: "block == 'baseline'"
     constants: {name: value}      # numbers usable in expressions, never passed to the playbook
     fixed: {var: value}           # playbook variables shared by every block
     derived: {var: expression}    # shared derived values (a block's own value for the key wins)
@@ -66,9 +74,12 @@ from controller.grid.vars import PLAYBOOK_VARS, VarError, check_name, check_sett
 from experiment.variables import BY_NAME, HIVEMIND_FIELDS
 
 TOP_KEYS = (
-    *("name", "description", "noise_floor", "order", "compute_limit", "compute_reruns", "constants"),
-    *("fixed", "derived", "blocks"),
+    *("name", "description", "noise_floor", "order", "compute_limit", "compute_reruns", "headline"),
+    *("constants", "fixed", "derived", "blocks"),
 )
+HEADLINE_KEYS = ("loss_target", "accuracy_target", "correction", "comparisons")
+#: how the headline family's p-values are corrected for multiplicity
+CORRECTIONS = ("holm", "none")
 #: how far a run's received compute may stray from its calibration (controller/received_compute.py), and how
 #: many times a run outside it is run again, where the grid file says neither
 DEFAULT_COMPUTE_LIMIT = 0.05
@@ -122,10 +133,29 @@ class Grid:
     #: a run whose received compute strays further from the calibration is run again (None: not checked)
     compute_limit: float | None = DEFAULT_COMPUTE_LIMIT
     compute_reruns: int = DEFAULT_COMPUTE_RERUNS
+    #: the confirmatory family named before the runs (None: every comparison is exploratory)
+    headline: Headline | None = None
 
     def totals(self) -> Counter[str]:
         """Number of runs per strategy."""
         return Counter(run.strategy for run in self.runs)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One headline comparison: the runs selected by ``runs`` against those selected by ``against``."""
+
+    name: str
+    runs: str
+    against: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    loss_target: float
+    accuracy_target: float | None
+    correction: str
+    comparisons: tuple[Comparison, ...]
 
 
 def experiment_id(settings: dict[str, Any], repeat: int) -> str:
@@ -236,6 +266,7 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
     reruns = top.get("compute_reruns", DEFAULT_COMPUTE_RERUNS)
     if isinstance(reruns, bool) or not isinstance(reruns, int) or reruns < 0:
         where.fail("compute_reruns", f"must be a number of runs, 0 or more (got {reruns!r})")
+    headline = _headline(where, top["headline"], runs) if "headline" in top else None
     return Grid(
         name=name,
         path=path,
@@ -244,7 +275,64 @@ def parse_grid(document: Any, *, path: Path, repeats: int | None = None) -> Grid
         blocks=tuple(names),
         compute_limit=None if limit is None else float(limit),
         compute_reruns=reruns,
+        headline=headline,
     )
+
+
+def _headline(where: _Where, value: Any, runs: list[Run]) -> Headline:
+    """The grid's ``headline``, checked: positive targets, a known correction, and comparisons whose
+    expressions each select at least one of the grid's runs."""
+    top = where.mapping(value, "headline", HEADLINE_KEYS)
+    targets: dict[str, float | None] = {}
+    for key in ("loss_target", "accuracy_target"):
+        target = top.get(key)
+        if target is None and key == "accuracy_target":
+            targets[key] = None
+            continue
+        if isinstance(target, bool) or not isinstance(target, int | float) or target <= 0:
+            where.fail(f"headline.{key}", f"must be a positive number (got {target!r})")
+        targets[key] = float(target)
+    correction = top.get("correction", CORRECTIONS[0])
+    if correction not in CORRECTIONS:
+        where.fail("headline.correction", f"must be one of {', '.join(CORRECTIONS)} (got {correction!r})")
+    listed = top.get("comparisons")
+    if not isinstance(listed, list) or not listed:
+        where.fail("headline.comparisons", "must be a non-empty list of {name, runs, against}")
+    comparisons = []
+    for index, entry in enumerate(listed):
+        key = f"headline.comparisons[{index}]"
+        entry = where.mapping(entry, key, ("name", "runs", "against"))
+        for part in ("name", "runs", "against"):
+            if not isinstance(entry.get(part), str) or not entry[part].strip():
+                where.fail(f"{key}.{part}", "must be a non-empty text")
+        for part in ("runs", "against"):
+            if not matching_runs(runs, entry[part], f"{key}.{part}", where):
+                where.fail(f"{key}.{part}", f"selects none of the grid's runs ({entry[part]!r})")
+        comparisons.append(Comparison(entry["name"], entry["runs"], entry["against"]))
+    names = [c.name for c in comparisons]
+    if len(set(names)) != len(names):
+        where.fail("headline.comparisons", "two comparisons have the same name")
+    return Headline(targets["loss_target"], targets["accuracy_target"], correction, tuple(comparisons))
+
+
+def matching_runs(
+    runs: list[Run] | tuple[Run, ...], text: str, key: str = "", where: Any = None
+) -> list[Run]:
+    """The runs an expression over their settings, ``repeat`` and ``block`` selects (as ``--only``)."""
+    try:
+        expression = compile_expression(text)
+        selected = []
+        for run in runs:
+            names = {var: None for var in PLAYBOOK_VARS}
+            names.update(run.settings, repeat=run.repeat, block=run.block)
+            if evaluate(expression, names):
+                selected.append(run)
+        return selected
+    except ExpressionError as error:
+        if where is None:
+            raise GridError(f"{key}: {error}") from None
+        where.fail(key, str(error))
+        raise AssertionError("unreachable") from None
 
 
 def interleaved(runs: list[Run]) -> list[Run]:

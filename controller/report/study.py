@@ -1,9 +1,9 @@
 """The study's published figures, generated from its committed results (docs/study.md).
 
 ``python -m controller.report.study`` runs ``trainer report`` on ``studies/thesis`` (the committed results of
-``trainer grid grids/study.yml --results-dir studies/thesis``) into ``studies/thesis/report`` and writes the
-tables of docs/study.md between their markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``) from that
-report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each, where a
+``trainer grid studies/thesis/grid.yml --results-dir studies/thesis``) into ``studies/thesis/report`` and
+writes the tables of docs/study.md between their markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``)
+from that report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each, where a
 committed CSV or a table of docs/study.md differs from what the committed results give: no figure of the
 study is typed by hand.
 """
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 STUDY_DIR = REPO / "studies" / "thesis"
 REPORT_DIR = STUDY_DIR / "report"
 DOC = REPO / "docs" / "study.md"
-GRID = REPO / "grids" / "study.yml"
+GRID = STUDY_DIR / "grid.yml"  # the first edition's grid, as its runs ran it
 #: the report's options for the study (docs/study.md, "Targets"): a loss and a validation accuracy that every
 #: centre-point run reaches, the baselines' and the 2 x 8, 4 x 4 and 8 x 2 Hivemind runs' alike, so that the
 #: peers are compared on times, not on runs that never get there (the report's default accuracy target, the
@@ -75,7 +75,7 @@ def markdown(columns: list[tuple[str, str]], rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the centre point of the study (grids/study.yml): every other setting changes one of these
+#: the centre point of the study (its grid): every other setting changes one of these
 CENTRE = {"batch_size": 32, "learning_rate": 0.01, "target_batch_size": 1250, "local_updates": False}
 DEFAULT_MATCHMAKING = 5.0
 
@@ -277,7 +277,7 @@ def prediction_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
 
 
 def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
-    """Machine time per block of grids/study.yml: spent on its complete runs (the grid's status file) and
+    """Machine time per block of the study's grid: spent on its complete runs (the grid's status file) and
     estimated for the rest (controller/grid/estimate.py), in hours."""
     from controller.grid.estimate import estimate
     from controller.grid.spec import load_grid

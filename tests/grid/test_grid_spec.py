@@ -429,6 +429,35 @@ def test_the_compute_limit_and_its_reruns_are_read_and_checked(tmp_path):
             load_grid(path)
 
 
+def test_a_headline_family_is_named_before_the_runs_and_checked(tmp_path):
+    """A grid's headline: its targets, correction and comparisons, each side selecting some of its runs."""
+    headline = (
+        "headline:\n  loss_target: 1.0\n  comparisons:\n"
+        "    - {name: hivemind against the baseline, runs: \"strategy == 'hivemind'\", "
+        "against: \"strategy == 'baseline'\"}\n"
+    )
+    path = tmp_path / "headline.yml"
+    path.write_text(SMOKE.read_text() + headline)
+    named = load_grid(path).headline
+    assert (named.loss_target, named.accuracy_target, named.correction) == (1.0, None, "holm")
+    assert [c.name for c in named.comparisons] == ["hivemind against the baseline"]
+    assert load_grid(SMOKE).headline is None
+    for wrong, message in (
+        (
+            headline.replace("'baseline'", "'ddp'"),
+            "comparisons\\[0\\].against: selects none of the grid's runs",
+        ),
+        (headline.replace("1.0", "-1"), "headline.loss_target: must be a positive number"),
+        (headline + "  correction: bonferroni\n", "headline.correction: must be one of holm, none"),
+        (headline.replace("strategy ==", "strategy ===", 1), "comparisons\\[0\\].runs: "),
+    ):
+        path.write_text(SMOKE.read_text() + wrong)
+        with pytest.raises(GridError, match=message):
+            load_grid(path)
+    study = load_grid(REPO / "grids" / "study.yml").headline
+    assert study.loss_target == 1.0 and len(study.comparisons) == 6
+
+
 STUDY = REPO / "grids" / "study.yml"
 
 
@@ -448,11 +477,13 @@ def test_study_grid_changes_one_factor_at_a_time_around_its_centre():
         differs |= {"matchmaking_time"} if "matchmaking_time" in s else set()
         assert len(differs - {"local_updates"}) <= 1, run.experiment_id
         settings.setdefault(run.experiment_id.rsplit("-r", 1)[0], []).append(run.repeat)
+    # the headline's blocks 5 times (the centre baseline, 2 x 8, 4 x 4, 8 x 2, the target batch sizes, local
+    # updates on and off), the others 3
     five = {run.experiment_id.rsplit("-r", 1)[0] for run in runs if run.repeat == 5}
-    assert len(five) == 2 and all(sorted(settings[s]) == [1, 2, 3, 4, 5] for s in five)
+    assert len(five) == 9 and all(sorted(settings[s]) == [1, 2, 3, 4, 5] for s in five)
     assert all(sorted(repeats) == [1, 2, 3] for s, repeats in settings.items() if s not in five)
-    five_peers = {r.settings["peers"] for r in runs if r.repeat == 5}
-    assert five_peers == {r.settings["peers"] for r in runs if r.block == "peers"} == {2, 8}
+    five_blocks = {r.block for r in runs if r.repeat == 5}
+    assert five_blocks == {"baseline", "peers", "peers-4x4", "target-batch-size", "local-updates"}
     hivemind_peers = {r.settings["peers"] for r in runs if r.block.startswith("peers")}
     assert hivemind_peers == {2, 4, 8}  # 16 x 1 does not fit in this machine's memory (docs/study.md)
     floor = [run.repeat for run in load_grid(STUDY).runs if run.block == "noise-floor"]
@@ -474,8 +505,8 @@ def test_interleaved_order_runs_every_setting_before_the_next_repeat():
         order = [peers(run) for run in runs if run.repeat == repeat]
         assert order == sorted(order, reverse=repeat % 2 == 0)
     changes = sum(peers(a) != peers(b) for a, b in itertools.pairwise(runs))
-    # 4 shapes in each of the first 3 repeats: 3 changes in each; 2 in the last two, 1 change; none between
-    assert changes == 3 * 3 + 2 * 1
+    # 4 shapes in each of the 5 repeats: 3 changes in each; none between repeats
+    assert changes == 5 * 3
 
 
 def test_dry_run_prices_the_runs_to_run_from_the_grid_s_complete_runs(tmp_path):

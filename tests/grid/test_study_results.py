@@ -25,9 +25,9 @@ def test_the_committed_study_tables_are_generated_from_the_committed_results():
 
 
 def test_the_committed_results_are_the_study_grid_s():
-    """Every committed experiment is a run of grids/study.yml and is complete; every table of docs/study.md
-    is one the generator knows."""
-    grid = {run.experiment_id for run in load_grid(REPO / "grids" / "study.yml").runs}
+    """Every committed experiment is a run of its edition's grid (studies/thesis/grid.yml) and is complete;
+    every table of docs/study.md is one the generator knows."""
+    grid = {run.experiment_id for run in load_grid(study.GRID).runs}
     committed = sorted(p.parent.name for p in study.STUDY_DIR.glob("*/experiment.json"))
     assert committed, "no committed study results"
     assert set(committed) <= grid
