@@ -3,9 +3,9 @@
 ``python -m controller.report.study`` runs ``trainer report`` on ``studies/thesis`` (the committed results of
 ``trainer grid studies/thesis/grid.yml --results-dir studies/thesis``) into ``studies/thesis/report`` and
 writes the tables of docs/study.md between their markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``)
-from that report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each, where a
-committed CSV or a table of docs/study.md differs from what the committed results give: no figure of the
-study is typed by hand.
+from that report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each,
+where a committed CSV or a table of docs/study.md differs from what the committed results give: no figure of
+the study is typed by hand.
 """
 
 from __future__ import annotations
