@@ -123,6 +123,54 @@ def read_cgroup(
     return None
 
 
+def cgroup_meter(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> CgroupMeter | None:
+    """This process's cgroup's CPU usage and quota, read cheaply once a step (the pacing's, trainer/loop.py);
+    None where no cgroup file is readable."""
+    found = read_cgroup(root, proc_cgroup)
+    if found is None:
+        return None
+    directory = Path(found[1])
+    v1 = (directory / "cpuacct.usage").is_file()
+    quota_dir = directory
+    if v1:  # cpu and cpuacct may be mounted apart: the quota is the cpu controller's
+        text = proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()
+        quota_dir = _first_with(root, V1_STAT_MOUNTS, _cgroup_paths(text).get("cpu", "/"), "cpu.cfs_quota_us")
+    return CgroupMeter(directory, v1, quota_dir)
+
+
+@dataclass(frozen=True)
+class CgroupMeter:
+    """Reads one cgroup's CPU seconds used (all its processes) and its CFS quota in cores."""
+
+    directory: Path
+    v1: bool
+    quota_dir: Path | None
+
+    def usage_seconds(self) -> float | None:
+        if self.v1:
+            used = _read_int(self.directory / "cpuacct.usage")
+            return None if used is None else used / 1e9
+        used = _read_keyed(self.directory / "cpu.stat").get("usage_usec")
+        return None if used is None else used / 1e6
+
+    def quota_cores(self) -> float | None:
+        """The quota over the period (None: no quota, or unreadable)."""
+        if self.quota_dir is None:
+            return None
+        if self.v1:
+            quota = _read_int(self.quota_dir / "cpu.cfs_quota_us")
+            period = _read_int(self.quota_dir / "cpu.cfs_period_us")
+        else:
+            try:
+                limit, span = (self.quota_dir / "cpu.max").read_text().split()[:2]
+            except (OSError, ValueError):
+                return None
+            quota, period = (None if limit == "max" else int(limit)), int(span)
+        if quota is None or quota <= 0 or not period:
+            return None
+        return quota / period
+
+
 def _proc_times(pid: int) -> tuple[float, float, int, str] | None:
     """(own seconds, reaped children's seconds, parent pid, command) of one process, from /proc/<pid>/stat."""
     try:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
     from experiment.results import ResultsWriter
+    from trainer.cpu_usage import CgroupMeter
     from trainer.shutdown import StopSignals
     from trainer.stats import RunStats
     from trainer.strategies.base import Strategy
@@ -26,33 +27,50 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
 class Pace:
     """Holds a calibrated local run's compute to its plan whatever this machine's CPU does meanwhile (a closed
-    loop per step, as DieCast's; docs/time-dilation.md, "Held to the calibration").
+    loop, as DieCast's; docs/time-dilation.md, "Held to the calibration").
 
-    The container got ``1 + headroom`` times the CPU quota its plan needs at ``rate`` samples per CPU second
-    of the training thread. A step without averaging whose work took ``cpu`` CPU seconds over ``wall`` seconds
-    would have taken ``wall x (1 + headroom) x (samples / rate) / cpu`` at the planned speed and quota, its
-    share of the quota beside the container's other processes as it was; the loop sleeps the difference. A
-    step that ran slower than that (the CPU slower than the headroom covers) is not paced, and the run's
-    received compute shows it.
+    The container got ``1 + headroom`` times the CPU quota its plan needs (``quota`` cores), the plan assuming
+    its training thread trains ``rate`` samples per CPU second. A step without averaging in which the
+    container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the training thread's,
+    would have taken ``container_cpu x (samples / rate) / thread_cpu / planned quota`` at the planned speed
+    and quota: the container's work scaled to the planned speed, what its other processes (a Hivemind peer's
+    DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced steps have taken
+    the time their targets add up to; a step that ran over is made up by the next ones' shorter waits, at most
+    ``MAX_BEHIND`` planned seconds of them (a longer slowdown is not made up, and the run's received compute
+    shows it).
 
-    >>> pace = Pace(rate=400.0, headroom=0.15)  # a core of quota for a plan of 1 / 1.15 = 0.87 of one
-    >>> round(pace.target(samples=32, wall=0.0696, cpu=0.0696), 3)  # the CPU at 460 samples/CPU s, faster
+    >>> pace = Pace(rate=400.0, headroom=0.15, quota=1.0)  # a plan of 1 / 1.15 = 0.87 of one core
+    >>> round(pace.target(samples=32, thread_cpu=0.0696, container_cpu=0.0696), 3)
     0.092
-    >>> pace.target(samples=32, wall=0.1, cpu=0.0)
-    0.1
+    >>> round(pace.wait(target=0.092, took=0.07), 3), round(pace.wait(target=0.092, took=0.1), 3)
+    (0.022, 0.0)
+    >>> round(pace.wait(target=0.092, took=0.07), 3)  # the step that ran 8 ms over is made up
+    0.014
     """
 
-    rate: float
-    headroom: float = 0.0
+    #: how far behind its plan (planned seconds) the pacing carries a run, to make it up later
+    MAX_BEHIND = 1.0
 
-    def target(self, samples: int, wall: float, cpu: float) -> float:
-        """The step's wall seconds at the planned CPU speed and quota (``wall`` where its CPU is unknown)."""
-        if cpu <= 0:
-            return wall
-        return wall * (1 + self.headroom) * (samples / self.rate) / cpu
+    def __init__(self, rate: float, headroom: float, quota: float) -> None:
+        self.rate, self.headroom, self.quota = rate, headroom, quota
+        self.planned_quota = quota / (1 + headroom)
+        self.ahead = 0.0  # planned seconds of the paced steps so far less the seconds they took
+
+    def target(self, samples: int, thread_cpu: float, container_cpu: float) -> float | None:
+        """The step's seconds at the planned CPU speed and quota (None: its CPU time unknown)."""
+        if thread_cpu <= 0 or container_cpu <= 0:
+            return None
+        return max(container_cpu, thread_cpu) * (samples / self.rate) / thread_cpu / self.planned_quota
+
+    def wait(self, target: float, took: float) -> float:
+        """How long to sleep after a step that took ``took`` seconds against its ``target``."""
+        self.ahead = max(-self.MAX_BEHIND, self.ahead + target - took)
+        if self.ahead <= 0:
+            return 0.0
+        wait, self.ahead = self.ahead, 0.0
+        return wait
 
 
 @dataclass
@@ -88,6 +106,7 @@ class TrainingLoop:
     :param telemetry: Prometheus metrics (None: none)
     :param signals: stop requests from SIGTERM/SIGINT (None: not watched)
     :param pace: a calibrated local run's pacing of its steps (None: not paced)
+    :param meter: the cgroup's CPU the pacing reads (its container's)
     """
 
     def __init__(
@@ -103,6 +122,7 @@ class TrainingLoop:
         telemetry: Telemetry | None = None,
         signals: StopSignals | None = None,
         pace: Pace | None = None,
+        meter: CgroupMeter | None = None,
     ) -> None:
         self.model = model
         self.strategy = strategy
@@ -114,6 +134,8 @@ class TrainingLoop:
         self.telemetry = telemetry
         self.signals = signals
         self.pace = pace
+        #: the container's CPU, read around each paced step (trainer/cpu_usage.py)
+        self.meter = meter if pace is not None else None
         self.loss_fn = nn.CrossEntropyLoss()
         self.step = 0
         self.clock_origin = time.time()
@@ -184,6 +206,7 @@ class TrainingLoop:
         started = clock()
         images, labels = self.next_batch()
         loaded, cpu_started = clock(), time.thread_time()
+        container_started = self.meter.usage_seconds() if self.meter is not None else None
         self.strategy.zero_grad()
         loss = self.loss_fn(self.model(images), labels)
         self.strategy.backward(loss)
@@ -193,11 +216,14 @@ class TrainingLoop:
         # collectives inside forward/backward (FSDP, DeepSpeed) are averaging, not compute
         in_compute = outcome.averaging_in_compute_seconds
         target, paced = None, 0.0
-        if self.pace is not None and outcome.averaging_seconds == 0:
-            target = self.pace.target(len(labels), finished - loaded, cpu)
-            if target > finished - loaded:
-                time.sleep(target - (finished - loaded))
+        if self.pace is not None and outcome.averaging_seconds == 0 and container_started is not None:
+            container_cpu = (self.meter.usage_seconds() or container_started) - container_started
+            target = self.pace.target(len(labels), cpu, container_cpu)
+            wait = self.pace.wait(target, finished - loaded) if target is not None else 0.0
+            if wait > 0:
+                time.sleep(wait)
                 paced = clock() - finished
+                self.pace.ahead -= paced - wait  # a sleep that ran over is made up as well
         self.step += 1
         timestamp = time.time()
         record = StepRecord(

@@ -192,7 +192,7 @@ class RunSession:
                 writer=self.writer,
                 telemetry=self.telemetry,
                 signals=self.signals,
-                pace=Pace(config.hold_rate, config.hold_headroom) if config.hold_rate else None,
+                **self._pacing(),
             )
             if self.rejoin is not None:  # step numbers go on from the killed incarnation's last
                 loop.step = self.rejoin["steps_before"]
@@ -221,6 +221,23 @@ class RunSession:
             self.write_summary(exit_reason, details)
         log.info("run ended: %s after %d steps", exit_reason, self.stats.steps)
         return exit_code
+
+    def _pacing(self) -> dict[str, Any]:
+        """The loop's pacing of a calibrated local run (``hold_rate``): the plan's CPU speed, and the quota
+        and usage of this container's cgroup it holds it by; none where the run is not paced or no quota is
+        readable (said in the log)."""
+        config = self.config
+        if not config.hold_rate:
+            return {}
+        meter = cpu_usage.cgroup_meter()
+        quota = meter.quota_cores() if meter is not None else None
+        if quota is None:
+            log.warning(
+                "hold_rate given, but this process's cgroup has no readable CPU quota: steps not paced"
+            )
+            return {}
+        log.info("pacing steps to %.1f samples per CPU second, quota %.3f cores", config.hold_rate, quota)
+        return {"pace": Pace(config.hold_rate, config.hold_headroom, quota), "meter": meter}
 
     def _finish_strategy(self, strategy: Any, exit_reason: str) -> dict[str, Any]:
         """Call strategy.finish (always, even after a failed setup), tolerating a signal or error inside

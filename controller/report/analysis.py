@@ -52,6 +52,7 @@ from controller.report.network import (
     sent_bytes_per_sample,
 )
 from controller.report.strategies import strategies_table, time_to_target_table
+from controller.report.targets import target_curves_table
 from controller.report.timeouts import timeouts_table
 from experiment.results import ROUND_CAUSES
 
@@ -108,6 +109,7 @@ def analyse(
     analysis.tables["timeouts"] = timeouts_table(experiments, curves, rows)
     analysis.tables["preprocessing"] = preprocessing_table(analysis, rows)
     analysis.tables["cost"] = cost_table(analysis, rows)
+    analysis.tables["target_curves"] = target_curves_table(experiments, curves)
     return analysis
 
 

@@ -23,6 +23,7 @@ from controller.calibration import load as load_calibration
 from controller.report.analysis import analyse
 from controller.report.data import Experiment, load_experiments
 from controller.report.effects import EFFECT_FACTORS, effect_verdicts
+from controller.report.headline import grid_of, headline_table
 from controller.report.intervals import noise_floor_lines, verdict_lines
 from controller.report.metrics import Analysis
 from controller.report.metrics import __doc__ as DEFINITIONS
@@ -123,6 +124,9 @@ def main(args: argparse.Namespace) -> int:
         bandwidth=bandwidth,
         calibration=calibration,
     )
+    headline = headline_table(grid_of(args.results_dir), experiments, analysis.curves)
+    if headline is not None:
+        analysis.tables["headline"] = headline
     report = write_report(analysis, out, args.results_dir)
     print(f"report: {report} ({len(experiments)} experiments)")
     return 0
@@ -140,6 +144,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     effects = report_plots.effect_plots(analysis, out)
     network = report_plots.network_plot(analysis, out)
     faults = report_plots.fault_plots(analysis, out)
+    target_curves = report_plots.target_curve_plot(analysis, out)
 
     experiments = analysis.experiments
     by_strategy = Counter("baseline" if e.is_baseline else e.strategy_label() for e in experiments)
@@ -153,6 +158,8 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         "",
         *noise_floor_lines(analysis.tables["noise_floor"]),
         "",
+        *([_section(analysis, "headline")] if "headline" in analysis.tables else []),
+        *([f"![target curves]({target_curves.name})", ""] if target_curves else []),
     ]
     if incomplete:
         lines += [

@@ -336,3 +336,46 @@ def effect_plots(analysis: Analysis, out: Path) -> list[Path]:
         )
         paths.append(_save(figure, out / f"effect_{factor}.png"))
     return paths
+
+
+def target_curve_plot(analysis: Analysis, out: Path) -> Path | None:
+    """target_curves.png: each setting's median time to every loss and accuracy target (table
+    ``target_curves``, controller/report/targets.py), its repeats' range shaded; None without the table."""
+    table = analysis.tables.get("target_curves")
+    if table is None or not table.rows:
+        return None
+    figure, axes = plt.subplots(1, 2, figsize=(12, 7))
+    colours: dict[str, Any] = {}
+    for axis, metric, label in ((axes[0], "loss", "loss target"), (axes[1], "accuracy", "accuracy target")):
+        rows = [row for row in table.rows if row["metric"] == metric]
+        by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_setting[row["setting"]].append(row)
+        for setting, points in sorted(by_setting.items()):
+            reached = [p for p in points if p["median_seconds"] is not None]
+            if not reached:
+                continue
+            targets = [p["target"] for p in reached]
+            style = {"color": colours[setting]} if setting in colours else {}
+            (line,) = axis.plot(
+                targets, [p["median_seconds"] for p in reached], marker=".", label=setting, **style
+            )
+            colours[setting] = line.get_color()
+            axis.fill_between(
+                targets,
+                [p["min_seconds"] for p in reached],
+                [p["max_seconds"] for p in reached],
+                color=line.get_color(),
+                alpha=0.15,
+            )
+        if not rows:
+            _no_data(axis)
+        if metric == "loss":
+            axis.invert_xaxis()  # tighter targets to the right
+        axis.set_yscale("log")
+        axis.set_xlabel(label)
+        axis.set_ylabel("time to target (modelled s, median and range)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, ncol=2, loc="lower center")
+    figure.suptitle("Time to target against the target, per setting")
+    return _save(figure, out / "target_curves.png", bottom=0.3)

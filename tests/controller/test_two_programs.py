@@ -81,6 +81,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.names",
         "controller.summary",
         "controller.received_compute",
+        "controller.report.headline",
         "controller.report.breakdown",
         "controller.report.data",
         "controller.report.network",

@@ -152,3 +152,44 @@ def test_settings_that_differ_in_any_defining_variable_are_not_repeats():
 
 def _merge(*groups):
     return [e for group, _ in groups for e in group], {k: v for _, r in groups for k, v in r.items()}
+
+
+def test_the_headline_family_is_the_grids_and_holm_corrects_it(tmp_path):
+    """The comparisons a grid named before its runs, each metric's ratio, Welch p and Holm's adjusted p; a
+    clear difference holds after the correction, a marginal one does not; MLPerf's reading from 5 runs."""
+    from controller.grid.spec import load_grid
+    from controller.report.data import PeerRun
+    from controller.report.headline import headline_table, holm
+
+    grid_file = tmp_path / "family.yml"
+    grid_file.write_text(
+        "name: family\nnoise_floor: false\n"
+        "fixed: {model: smallcnn, dataset: synthetic, max_steps: 10}\n"
+        "blocks:\n"
+        "  - {name: base, repeats: 5, fixed: {strategy: baseline, peers: 1}}\n"
+        "  - {name: two, repeats: 5, fixed: {strategy: hivemind, peers: 2}}\n"
+        "headline:\n  loss_target: 1.0\n  comparisons:\n"
+        "    - {name: two against base, runs: \"block == 'two'\", against: \"block == 'base'\"}\n"
+    )
+    grid = load_grid(grid_file)
+    walls = {"base": [10.0, 10.2, 9.8, 10.1, 9.9], "two": [20.0, 20.5, 19.5, 20.2, 19.9]}
+    experiments, curves = [], {}
+    for run in grid.runs:
+        wall = walls[run.block][run.repeat - 1]
+        steps = [{"wall_seconds": wall / 2, "samples": 500}, {"wall_seconds": wall, "samples": 500}]
+        experiments.append(
+            Experiment(run.experiment_id, Path("."), run.settings, True, [PeerRun("p", steps, [], True)])
+        )
+        curves[run.experiment_id] = ([wall / 2, wall], [1.5, 0.9])  # the target reached at the end
+    table = headline_table(grid, experiments, curves)
+    rows = {row["metric"]: row for row in table.rows}
+    assert set(rows) == {"samples/s", "time to loss 1"}
+    throughput = rows["samples/s"]
+    assert throughput["runs"] == throughput["against"] == "5 of 5"
+    assert throughput["ratio"] == pytest.approx(0.5, rel=0.02) and throughput["ci_high"] < 1
+    assert throughput["p_holm"] == pytest.approx(min(1.0, 2 * throughput["p_value"]))  # two tests
+    assert throughput["verdict"] == "slower (Holm)" and throughput["mlperf_ratio"] == pytest.approx(
+        0.5, rel=0.02
+    )
+    assert "Holm over 2 tests" in table.title
+    assert holm([0.03, 0.02]) == [0.04, 0.04]  # 0.02 x 2, then max(0.04, 0.03 x 1): neither below 0.04

@@ -69,3 +69,27 @@ def test_a_snapshot_pair_gives_each_roles_seconds_over_the_interval() -> None:
     split = document["process_tree_by_role"]
     assert 0.28 <= split["dht"] < 1.3, split  # a role first seen at the end counts from zero
     assert sum(split.values()) == pytest.approx(document["process_tree_seconds"], abs=0.01)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_cgroup_meter_reads_the_usage_and_the_quota_of_a_container(tmp_path: Path, version: str) -> None:
+    """What the pacing reads once a step (trainer/loop.py Pace): a container's CPU seconds and its quota, from
+    cgroup v1 (cpu,cpuacct) or v2 files as a container sees them (its own cgroup at the mount's root)."""
+    if version == "v1":
+        group = tmp_path / "cpu,cpuacct"
+        group.mkdir()
+        (group / "cpuacct.usage").write_text("2500000000\n")
+        (group / "cpu.stat").write_text("nr_periods 10\nnr_throttled 2\nthrottled_time 5\n")
+        (group / "cpu.cfs_quota_us").write_text("25000\n")
+        (group / "cpu.cfs_period_us").write_text("100000\n")
+        proc = "12:cpu,cpuacct:/machine.slice/libpod-x.scope\n"
+    else:
+        (tmp_path / "cpu.stat").write_text("usage_usec 2500000\nnr_periods 10\n")
+        (tmp_path / "cpu.max").write_text("25000 100000\n")
+        proc = "0::/\n"
+    meter = cpu_usage.cgroup_meter(tmp_path, proc)
+    assert meter is not None
+    assert meter.usage_seconds() == pytest.approx(2.5) and meter.quota_cores() == pytest.approx(0.25)
+    if version == "v2":
+        (tmp_path / "cpu.max").write_text("max 100000\n")
+        assert meter.quota_cores() is None  # no quota: nothing to pace against
