@@ -13,6 +13,7 @@ from torch import nn
 
 from experiment.results import EvalRecord, StepRecord
 from trainer.memory import rss_bytes
+from trainer.stats import RECEIVED_WARMUP_STEPS
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -36,8 +37,9 @@ class Pace:
     container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the training thread's,
     would have taken ``container_cpu x (samples / rate) / thread_cpu / planned quota`` at the planned speed
     and quota: the container's work scaled to the planned speed, what its other processes (a Hivemind peer's
-    DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced steps have taken
-    the time their targets add up to; a step that ran over is made up by the next ones' shorter waits, at most
+    DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced steps (those
+    after the first ``RECEIVED_WARMUP_STEPS``, whose overrun building kernels is not carried) have taken the
+    time their targets add up to; a step that ran over is made up by the next ones' shorter waits, at most
     ``MAX_BEHIND`` planned seconds of them (a longer slowdown is not made up, and the run's received compute
     shows it).
 
@@ -216,7 +218,13 @@ class TrainingLoop:
         # collectives inside forward/backward (FSDP, DeepSpeed) are averaging, not compute
         in_compute = outcome.averaging_in_compute_seconds
         target, paced = None, 0.0
-        if self.pace is not None and outcome.averaging_seconds == 0 and container_started is not None:
+        settled = self.step >= RECEIVED_WARMUP_STEPS  # the first steps' overrun (kernels built) not carried
+        if (
+            self.pace is not None
+            and settled
+            and outcome.averaging_seconds == 0
+            and container_started is not None
+        ):
             container_cpu = (self.meter.usage_seconds() or container_started) - container_started
             target = self.pace.target(len(labels), cpu, container_cpu)
             wait = self.pace.wait(target, finished - loaded) if target is not None else 0.0

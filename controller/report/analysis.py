@@ -4,6 +4,7 @@ timeouts, cost) from the definitions in controller/report/metrics.py."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from controller.calibration import Calibration, hivemind_model_caveats
@@ -135,8 +136,8 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "time_dilation": e.time_dilation,
         "scale_model": scale_model_caveat(e),
         # the compute its containers received over the calibration's, and its basis (received_compute.py)
-        "received_compute": (e.received_compute or {}).get("ratio"),
-        "received_compute_basis": (e.received_compute or {}).get("basis"),
+        "received_compute": _received(e)[0],
+        "received_compute_basis": _received(e)[1],
         # the validation passes' time the training clock leaves out, summed over the peers (modelled)
         "validation_seconds": _validation_seconds(e),
         "steps": len(steps),
@@ -163,6 +164,29 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         # why they failed (rounds.csv `cause`; files written before it existed count as other)
         **{f"failed_{cause}": sum(_cause(row) == cause for row in rounds) for cause in ROUND_CAUSES},
     }
+
+
+def _received(e: Experiment) -> tuple[float | None, str | None]:
+    """The run's received compute against its calibration and its basis: experiment.json's, or for a
+    calibrated run recorded before it was measured, its steps' modelled rate over its hosts' calibrated rates
+    (``step rate, from the steps``: the steps after the warm-up without averaging, the mean of its peers'; a
+    Hivemind peer's own processes' share is in it)."""
+    if e.received_compute:
+        return e.received_compute.get("ratio"), e.received_compute.get("basis")
+    if not e.compute:
+        return None, None
+    hosts = list(e.hosts)
+    ratios = []
+    for peer in e.peers:
+        host = peer.name if peer.name in e.hosts else (hosts[0] if len(hosts) == 1 else None)
+        calibrated = (e.hosts.get(host) or {}).get("modelled_samples_per_second") if host else None
+        steady = [row for row in peer.steps[2:] if not row.get("averaging_seconds")]
+        seconds = sum(
+            (row.get("compute_seconds") or 0.0) + (row.get("optimizer_seconds") or 0.0) for row in steady
+        )
+        if calibrated and seconds > 0:  # the rows are in modelled time: their rate is the modelled one
+            ratios.append(sum(row.get("samples") or 0 for row in steady) / seconds / float(calibrated))
+    return (statistics.fmean(ratios), "step rate, from the steps") if ratios else (None, None)
 
 
 def _validation_seconds(e: Experiment) -> float | None:
