@@ -136,3 +136,43 @@ def test_stop_signals_modes() -> None:
     finally:
         signals.restore()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+class _FakeMeter:
+    """A container's CPU as the pacing reads it: the training thread's own CPU time, and others' on top."""
+
+    def __init__(self, others_share: float = 0.0) -> None:
+        import time
+
+        self.others_share, self.clock = others_share, time.thread_time
+
+    def usage_seconds(self) -> float:
+        return self.clock() * (1 + self.others_share)
+
+
+def test_paced_steps_take_the_plans_time_and_the_validation_is_left_out_of_the_clock(tmp_path) -> None:
+    """A paced loop (trainer/loop.py Pace) stretches each settled step without averaging to what the plan's
+    CPU speed and quota give it, the wait inside compute_seconds and apart as paced_seconds; a validation
+    pass's time is in evals.csv and counted in later steps' validation_seconds."""
+    from trainer.loop import Pace
+
+    loop, writer = make_loop(BaselineStrategy(), tmp_path, max_steps=12, eval_every=6)
+    # a plan far slower than this machine: 200 samples per CPU second at 0.5 of a core (quota 0.6 = 1.2 x 0.5)
+    loop.pace, loop.meter = Pace(rate=200.0, headroom=0.2, quota=0.6), _FakeMeter()
+    assert loop.run() == "max_steps"
+    writer.close()
+    steps, evals = read_steps(tmp_path), read_evals(tmp_path)
+    settled = [row for row in steps if row["step"] > 2]
+    plan = 8 / (200.0 * 0.5)  # a batch of 8 at the planned rate and quota: 0.08 s
+    assert all(row["paced_seconds"] == 0.0 and row["target_seconds"] is None for row in steps[:2])
+    assert all(row["paced_seconds"] > 0 for row in settled)
+    assert all(row["target_seconds"] == pytest.approx(plan, rel=0.05) for row in settled)
+    took = sum(row["compute_seconds"] + row["optimizer_seconds"] for row in settled)
+    assert took == pytest.approx(plan * len(settled), rel=0.05)
+    received = loop.stats.compute_received()
+    assert received["target_seconds"] / received["seconds"] == pytest.approx(1.0, abs=0.05)
+    # the pass after step 6 is validation, recorded and left out of the clock from step 7 on
+    (first, second) = evals
+    assert first["step"] == 6 and first["eval_seconds"] > 0
+    assert steps[6]["validation_seconds"] == pytest.approx(first["eval_seconds"])
+    assert steps[5]["validation_seconds"] == 0.0
