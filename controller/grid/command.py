@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.grid.estimate import estimate
-from controller.grid.expr import ExpressionError, compile_expression, evaluate
 from controller.grid.runner import format_duration
-from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid
+from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid, matching_runs
 from controller.grid.status import GridStatus, experiment_complete
-from controller.grid.vars import PLAYBOOK_VARS
 
 # The repository holding playbooks/ (an editable install); else the working directory.
 _PACKAGE_PARENT = Path(__file__).resolve().parent.parent
@@ -98,23 +96,8 @@ def select_runs(grid: Grid, only: str | None) -> list[Run]:
     GridError for a bad expression."""
     if not only:
         return list(grid.runs)
-    try:
-        expression = compile_expression(only)
-    except ExpressionError as error:
-        raise GridError(f"--only: {error}") from None
-    selected = []
-    for run in grid.runs:
-        if run.block == NOISE_FLOOR_BLOCK:
-            selected.append(run)
-            continue
-        names = {var: None for var in PLAYBOOK_VARS}
-        names.update(run.settings, repeat=run.repeat, block=run.block)
-        try:
-            if evaluate(expression, names):
-                selected.append(run)
-        except ExpressionError as error:
-            raise GridError(f"--only: {error}") from None
-    return selected
+    chosen = {run.experiment_id for run in matching_runs(grid.runs, only, "--only")}
+    return [run for run in grid.runs if run.block == NOISE_FLOOR_BLOCK or run.experiment_id in chosen]
 
 
 def inventory_peers(project_dir: Path, inventory: Path | None) -> list[str]:
