@@ -25,16 +25,15 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 	ceph-mon ceph-mgr ceph-osd ceph-mds ceph-fuse ceph-common fuse3 rsync jq iproute2 nmap iperf3 \
 	openmpi-bin python3-mpi4py python3-numpy
 
-# `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs; about 30 minutes on 2 cores. The run
-# is time-dilated (time_dilation=auto): each container trains at its 2 vCPUs' calibrated rate / D, D the
-# smallest factor at which all eight fit the 1.75 cores left to them (about 20 here, docs/compute-calibration.md);
-# matchmaking_time and averaging_timeout are the modelled VMs' seconds, each applied D times longer, and every
-# link is shaped to 1 Gbit/s / D
-# (docs/time-dilation.md). Undilated, 3 s split the 0.22-core peers into groups of 2-5 (docs/fair-cpu.md).
+# `make demo`: 8 peers, ResNet18 on Fashion-MNIST, a few Hivemind epochs, time-dilated (time_dilation=auto): each
+# container trains at its 2 vCPUs' calibrated rate / D, D the smallest factor at which all eight fit the cores left
+# to them (docs/compute-calibration.md); matchmaking_time and averaging_timeout are the modelled VMs' seconds, each
+# applied D times longer, and every link is shaped to 1 Gbit/s / D (docs/time-dilation.md). A run's D and duration
+# on this machine are in the README's example, written from that run's records (scripts/readme_example.py).
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30
 
-.PHONY: help setup apt cgroups venv image demo test test-extended test-cluster lint pytest molecule clean
+.PHONY: help setup apt cgroups venv controller image demo test test-extended test-cluster lint pytest molecule clean
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
@@ -43,6 +42,7 @@ help:
 	@echo "make test-cluster  only the tests that start the local cluster or real peers (marker cluster)"
 	@echo "make molecule  the local images, then every role's Molecule scenarios"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
+	@echo "make controller  only what the controller of real VMs needs (Ansible, trainer grid/report; no torch, no root)"
 	@echo "make wheelhouse  the trainer's dependencies as wheels for VMs without internet (docs/real-vms.md)"
 
 setup: apt cgroups venv image infra-setup
@@ -55,7 +55,15 @@ cgroups:
 	  mkdir -p /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb; \
 	fi
 
+# The local cluster's host: Debian 12 as root (its images are debootstrapped from the host's Debian archive, its
+# packages come from Debian's archive); anything else is refused here, before a package is installed. The
+# controller of real VMs needs neither: `make controller`.
 apt:
+	@. /etc/os-release 2>/dev/null; if [ "$${ID:-}:$${VERSION_ID:-}" != debian:12 ]; then \
+	  echo "make: the local cluster needs Debian 12 as root; this host is $${PRETTY_NAME:-unknown}" \
+	    "(for real VMs only the controller is needed: make controller)"; exit 2; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "make: the local cluster's set-up needs root (apt, podman, Ceph): run it as root" \
+	  "(for real VMs only the controller is needed, as any user: make controller)"; exit 2; fi
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${db:Status-Status}\n' $$p 2>/dev/null \
 	  | grep -qx installed || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -70,10 +78,27 @@ venv: $(VENV)/.setup-done
 # needed where PYTHONDONTWRITEBYTECODE is set (as on this project's machines), else every process compiles what
 # it imports, each time (--no-compile made CI 20-30 % slower)
 UV_VERSION := 0.13.9
-$(VENV)/.setup-done: requirements/dev.txt pyproject.toml scripts/uv_pip_install.py
+$(VENV)/.setup-done: requirements/dev.txt requirements/controller.txt pyproject.toml scripts/uv_pip_install.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
 	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet -r requirements/dev.txt -e .
+	touch $@
+
+# The controller alone, where Terraform and Ansible run against real VMs (a laptop, docs/real-vms.md): Ansible,
+# ansible-runner and the report's plotting in .venv, and this checkout's `trainer grid` and `trainer report`
+# without the trainer's own dependencies (torch, Hivemind, DeepSpeed go to the VMs). No root, no apt: it needs
+# Python >= 3.11 with venv, rsync and ssh, and says which is missing.
+controller: $(VENV)/.controller-done
+
+$(VENV)/.controller-done: requirements/controller.txt pyproject.toml scripts/uv_pip_install.py
+	@for tool in rsync ssh python3; do command -v $$tool >/dev/null \
+	  || { echo "make controller: $$tool is missing (Debian: apt install rsync openssh-client python3-venv)"; exit 1; }; done
+	@python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "make controller: needs Python >= 3.11 with venv; python3 is $$(python3 -V 2>&1)"; exit 1; }
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet -r requirements/controller.txt
+	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet --no-deps -e .
 	touch $@
 
 image: apt venv
@@ -192,13 +217,14 @@ infra-setup:
 infra-test: venv infra-setup
 	pytest tests/infra
 
-# The wheelhouse for VMs without internet (`-e trainer_dependency_source=wheelhouse`, docs/real-vms.md), built as
-# the trainer role builds it when it is missing: for the role's default target (Debian 12: Python 3.11, glibc
-# 2.36, x86_64), in the controller user's cache (the role's trainer_wheelhouse_dir); nothing to do when there.
-WHEELHOUSE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/testbed/wheelhouse
-wheelhouse: venv
-	$(PY) -m controller.wheelhouse requirements/node.txt $(WHEELHOUSE_DIR)
+# The wheelhouse for VMs without internet (`-e trainer_dependency_source=wheelhouse`, docs/real-vms.md), built ahead
+# of a run as the trainer role builds it when it is missing: for the target $(INVENTORY) names
+# (trainer_wheelhouse_python, _glibc, _arch, _pip_args in its group_vars/all; Debian 12's by default), in the
+# controller user's cache (trainer_wheelhouse_dir); nothing to do when it is there. It says which it built.
+INVENTORY ?= inventories/opennebula
+wheelhouse: controller
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/wheelhouse.yml
 
 # After `terraform apply` in $(INFRA_ENV): write inventories/opennebula/hosts.yml from its output.
-inventory: venv
+inventory: controller
 	infra/write-inventory.sh $(INFRA_ENV) inventories/opennebula/hosts.yml

@@ -92,8 +92,8 @@ def parse_duration(text: str) -> float:
 
 
 def select_runs(grid: Grid, only: str | None) -> list[Run]:
-    """The grid's runs matching `only` (all when None), and its noise-floor run whatever `only` says; raise
-    GridError for a bad expression."""
+    """The grid's runs matching `only` (all when None), and its noise-floor runs whatever `only` says (unless
+    the inventory cannot hold them: fit_noise_floor); raise GridError for a bad expression."""
     if not only:
         return list(grid.runs)
     chosen = {run.experiment_id for run in matching_runs(grid.runs, only, "--only")}
@@ -122,6 +122,24 @@ def inventory_peers(project_dir: Path, inventory: Path | None) -> list[str]:
         return found
 
     return list(dict.fromkeys(hosts("peers")))
+
+
+def fit_noise_floor(runs: list[Run], peers: list[str], only: str | None, out: TextIO) -> list[Run]:
+    """`runs` without the noise floor's where ``--only`` chose a part of the grid and the inventory is too
+    small for the noise floor (VMs hold one cluster shape at a time: the floor waits for a shape it fits),
+    said in one line; else `runs`. A whole grid that does not fit is refused (check_inventory)."""
+    floor = [run for run in runs if run.block == NOISE_FLOOR_BLOCK]
+    if not only or not floor:
+        return runs
+    wanted = floor[0].settings.get("peers", PLAYBOOK_DEFAULT_PEERS)
+    if wanted <= len(peers):
+        return runs
+    print(
+        f"grid: the noise floor's runs need {wanted} peers and the inventory has {len(peers)}: left for a "
+        f"sitting on a cluster of {wanted} or more peers",
+        file=out,
+    )
+    return [run for run in runs if run.block != NOISE_FLOOR_BLOCK]
 
 
 def check_inventory(grid: Grid, runs: list[Run], peers: list[str]) -> None:
@@ -192,7 +210,9 @@ def main(args: argparse.Namespace) -> int:
                     raise GridError(f"--playbook-dir: {args.playbook_dir / name} does not exist")
             project_dir = args.playbook_dir.resolve().parent
             inventory = args.inventory.resolve() if args.inventory else None
-            check_inventory(grid, runs, inventory_peers(project_dir, inventory))
+            peers = inventory_peers(project_dir, inventory)
+            runs = fit_noise_floor(runs, peers, args.only, sys.stdout)
+            check_inventory(grid, runs, peers)
     except GridError as error:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2

@@ -179,9 +179,28 @@ def test_runs_needing_more_peers_than_the_inventory_has_are_refused(tmp_path, st
     completed = trainer(*args, env=stand_in_env)
     assert completed.returncode == 2
     assert "but the inventory has only 2 hosts in group peers" in completed.stderr
-    # the first run that does not fit: the noise floor's 16 peers (it runs whatever --only selects)
-    assert str(thesis) in completed.stderr and "noise-floor.peers: peers=16" in completed.stderr
+    assert str(thesis) in completed.stderr and ".peers: peers=4" in completed.stderr
     assert calls(tmp_path) == []
+    # the whole grid, noise floor included, must fit
+    args = grid_args(tmp_path)
+    args[1] = str(thesis)
+    completed = trainer(*args, env=stand_in_env)
+    assert completed.returncode == 2 and "noise-floor.peers: peers=16" in completed.stderr, completed.stderr
+    assert calls(tmp_path) == []
+
+
+def test_a_part_of_the_grid_on_a_smaller_cluster_leaves_the_noise_floor_for_later(tmp_path, stand_in_env):
+    """VMs hold one cluster shape at a time: a sitting of the grid's 2-peer runs on 2 VMs leaves the noise
+    floor's 16 peers for a sitting that has them, and says so."""
+    thesis = REPO / "grids" / "thesis.yml"
+    only = "peers == 2 and target_batch_size == 625 and batch_size == 32 and learning_rate == 0.01"
+    args = grid_args(tmp_path, "--only", only, "--repeat", "1")
+    args[1] = str(thesis)
+    completed = trainer(*args, env=stand_in_env)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "the noise floor's runs need 16 peers and the inventory has 2" in completed.stdout
+    experiments = [line for line in calls(tmp_path) if line.startswith("experiment")]
+    assert experiments and not [line for line in experiments if "noise-floor" in line], experiments
 
 
 def _read(path: Path) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,8 +73,15 @@ def rendered_inventory(reattached_terraform, infra_copy, tmp_path_factory) -> Pa
     )
     terraform = reattached_terraform
     terraform.run("init", "-input=false", "-no-color", cwd=root)
-    terraform.run("apply", "-auto-approve", "-input=false", "-no-color", f"-var=peers={PEERS}",
-                  f"-var=ports={json.dumps(PORTS)}", cwd=root)
+    terraform.run(
+        "apply",
+        "-auto-approve",
+        "-input=false",
+        "-no-color",
+        f"-var=peers={PEERS}",
+        f"-var=ports={json.dumps(PORTS)}",
+        cwd=root,
+    )
 
     inventory = tmp_path_factory.mktemp("inventories") / "opennebula"
     shutil.copytree(REPO / "inventories" / "opennebula" / "group_vars", inventory / "group_vars")
@@ -160,15 +168,20 @@ def test_experiment_validation_rejects_more_peers_than_rendered(rendered_invento
     assert f"peers={PEERS + 1} but the inventory has only {PEERS} hosts in group peers" in result.stdout
 
 
-def test_experiment_playbook_parses_with_the_inventory(rendered_inventory):
+def runbook_playbooks() -> list[str]:
+    """The playbooks docs/real-vms.md runs in its fenced commands, and the one `make wheelhouse` runs."""
+    text = (REPO / "docs" / "real-vms.md").read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+    named = re.findall(r"ansible-playbook [^\n]*?(playbooks/[\w-]+\.yml)", "\n".join(blocks))
+    return list(dict.fromkeys([*named, "playbooks/wheelhouse.yml"]))
+
+
+@pytest.mark.parametrize("playbook", runbook_playbooks())
+def test_the_runbooks_playbooks_parse_with_the_inventory(rendered_inventory, playbook):
+    """Every playbook the runbook runs, against the inventory Terraform renders (experiment.yml among
+    them)."""
     result = subprocess.run(
-        [
-            ansible_bin("ansible-playbook"),
-            "-i",
-            str(rendered_inventory),
-            "--syntax-check",
-            "playbooks/experiment.yml",
-        ],
+        [ansible_bin("ansible-playbook"), "-i", str(rendered_inventory), "--syntax-check", playbook],
         cwd=REPO,
         env=ansible_env(),
         capture_output=True,

@@ -24,9 +24,12 @@ module "cluster" {
   network          = var.network
   static_addresses = var.static_addresses
   admin_cidrs      = var.admin_cidrs
+  ports            = var.ports
 
   ssh_public_keys = var.ssh_public_keys
   ssh_user        = var.ssh_user
   ssh_bastion     = var.ssh_bastion
   tags            = var.tags
+
+  sched_requirements = var.sched_requirements
 }

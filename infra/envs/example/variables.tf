@@ -1,4 +1,6 @@
-# Inputs of the example root configuration; each is passed to modules/cluster, which validates it.
+# Inputs of the example root configuration: every variable of modules/cluster, each passed to it, which validates
+# it. The object-valued ones (monitor, network, ports) are `any` here and refuse a key the module does not take:
+# Terraform would drop it without a word when converting to the module's object type.
 # Copy terraform.tfvars.example to terraform.tfvars (git-ignored) and edit it.
 
 variable "name" {
@@ -32,13 +34,14 @@ variable "peer_memory_mb" {
 }
 
 variable "monitor" {
-  description = "Size of the monitor VM: vcpus, cpu_share, memory_mb."
-  type = object({
-    vcpus     = optional(number, 2)
-    cpu_share = optional(number)
-    memory_mb = optional(number, 4096)
-  })
-  default = {}
+  description = "Size of the monitor VM (modules/cluster's monitor): vcpus, cpu_share, memory_mb. Another key is an error."
+  type        = any
+  default     = {}
+
+  validation {
+    condition     = try(length(setsubtract(keys(var.monitor), ["vcpus", "cpu_share", "memory_mb"])) == 0, false)
+    error_message = "monitor takes only vcpus, cpu_share and memory_mb (got ${try(join(", ", keys(var.monitor)), "no map")})."
+  }
 }
 
 variable "image_datastore_id" {
@@ -88,16 +91,14 @@ variable "network_id" {
 }
 
 variable "network" {
-  description = "Settings of the created network: bridge, physical_device, type, gateway, dns, cluster_ids."
-  type = object({
-    bridge          = optional(string, "br0")
-    physical_device = optional(string)
-    type            = optional(string, "bridge")
-    gateway         = optional(string)
-    dns             = optional(string)
-    cluster_ids     = optional(list(number), [])
-  })
-  default = {}
+  description = "Settings of the created network (modules/cluster's network): bridge, physical_device, type, gateway, dns, cluster_ids, vlan_id, mtu. Another key is an error."
+  type        = any
+  default     = {}
+
+  validation {
+    condition     = try(length(setsubtract(keys(var.network), ["bridge", "physical_device", "type", "gateway", "dns", "cluster_ids", "vlan_id", "mtu"])) == 0, false)
+    error_message = "network takes only bridge, physical_device, type, gateway, dns, cluster_ids, vlan_id and mtu (got ${try(join(", ", keys(var.network)), "no map")})."
+  }
 }
 
 variable "static_addresses" {
@@ -130,6 +131,23 @@ variable "tags" {
 
 variable "ssh_bastion" {
   description = "user@host[:port] to jump through when this machine cannot route to the cluster network (null: direct)."
+  type        = string
+  default     = null
+}
+
+variable "ports" {
+  description = "The testbed's ports (modules/cluster's ports): trainer_metrics, hivemind, node_exporter, prometheus, grafana, data_parallel, netprobe, cross_traffic, wheelhouse, lighthouse, gloo (FIRST:LAST). Another key is an error."
+  type        = any
+  default     = {}
+
+  validation {
+    condition     = try(length(setsubtract(keys(var.ports), ["trainer_metrics", "hivemind", "node_exporter", "prometheus", "grafana", "data_parallel", "netprobe", "cross_traffic", "wheelhouse", "lighthouse", "gloo"])) == 0, false)
+    error_message = "ports takes only trainer_metrics, hivemind, node_exporter, prometheus, grafana, data_parallel, netprobe, cross_traffic, wheelhouse, lighthouse and gloo (got ${try(join(", ", keys(var.ports)), "no map")})."
+  }
+}
+
+variable "sched_requirements" {
+  description = "OpenNebula scheduling requirement for the VMs' hosts (e.g. 'CLUSTER_ID = 100'); null lets the scheduler choose."
   type        = string
   default     = null
 }
