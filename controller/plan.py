@@ -27,7 +27,7 @@ from experiment.variables import (
     DILOCO_FIELDS,
     HIVEMIND_FIELDS,
     TRAINER_FIELDS,
-    ZERO_STAGES,
+    TRAINER_ROLES,
     KindError,
     parse_value,
     rule_problems,
@@ -190,18 +190,18 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         errors.append(
             f"peers={settings['peers']} but the inventory has only {available} hosts in group peers"
         )
-    if settings["min_peers"] and settings["strategy"] != "hivemind":
-        errors.append("min_peers needs strategy hivemind (a data-parallel world has a fixed size)")
     if "compression" not in invalid:
         _check_compression(settings, errors)
-    if settings["zero_stage"] is not None:
-        if settings["strategy"] != "deepspeed":
-            errors.append(f"zero_stage needs strategy deepspeed (got strategy={settings['strategy']})")
-        elif settings["zero_stage"] not in ZERO_STAGES:
-            stages = ", ".join(map(str, ZERO_STAGES))
-            errors.append(f"zero_stage must be one of {stages} (got {settings['zero_stage']})")
-    elif "peers" not in invalid and settings["min_peers"] > settings["peers"]:
-        errors.append(f"min_peers={settings['min_peers']} exceeds peers={settings['peers']}")
+    # the rules between variables (experiment/variables.py), where the variables they read parsed
+    reads = {
+        "data_root": {"dataset"},
+        "sync_every": {"max_steps", "strategy"},
+        "min_peers": {"peers", "strategy"},
+    }
+    for name, problem in rule_problems(settings):
+        if name in invalid or invalid & reads.get(name, {"strategy"}):
+            continue
+        errors.append(f"{problem} (a directory under {DATASET_MOUNT})" if name == "data_root" else problem)
     lighthouse_host = _lighthouse_host(settings, inventory, invalid, errors)
     if settings["cpu_probe_seconds"] > MAX_CPU_PROBE_SECONDS:
         too_long = settings["cpu_probe_seconds"]
@@ -209,19 +209,12 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     if settings["strategy"] == "hivemind" and settings["peers"] < 2:
         warnings.append("a Hivemind run with one peer has nobody to average with")
     dht_host = None
-    if settings["dht_bootstrap"] == "monitor":
+    if settings["dht_bootstrap"] == "monitor" and settings["strategy"] == "hivemind":
         monitors = list(inventory.get("monitors") or [])
-        if settings["strategy"] != "hivemind":
-            errors.append("dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)")
-        elif not monitors:
+        if not monitors:
             errors.append("dht_bootstrap=monitor but the inventory has no host in group monitor")
         else:
             dht_host = monitors[0]
-    for name, problem in rule_problems(settings):
-        if name not in invalid and not (name == "sync_every" and "max_steps" in invalid):
-            errors.append(
-                f"{problem} (a directory under {DATASET_MOUNT})" if name == "data_root" else problem
-            )
 
     if settings["dataset_storage"] is None:
         settings["dataset_storage"] = "cephfs"
@@ -389,6 +382,9 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
         "settings": settings,
         "experiment_id": experiment_id,
         "hosts": hosts,
+        # the role that runs the trainer, and whether the peers talk (playbooks/run.yml, network.yml)
+        "trainer_role": TRAINER_ROLES.get(settings["strategy"]),
+        "communicates": settings["strategy"] not in ("baseline", "solo"),
         "dht_host": dht_host if not errors else None,
         "lighthouse_host": lighthouse_host if not errors else None,
         "plan": plan,
@@ -402,15 +398,11 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
 
 def _check_compression(settings: dict[str, Any], errors: list[str]) -> None:
-    """Compression is Hivemind's (what its averagers send); one that needs a package the hosts do not
-    install (requirements/node.txt) is refused here, not by every trainer at its start."""
+    """A compression that needs a package the hosts do not install (requirements/node.txt) is refused here,
+    not by every trainer at its start (that it is Hivemind's is a rule between variables)."""
     compression = settings["compression"]
     if compression in (None, "none"):
         return
-    if settings["strategy"] != "hivemind":
-        errors.append(
-            f"compression={compression} needs strategy hivemind (got strategy={settings['strategy']})"
-        )
     package = COMPRESSION_PACKAGES.get(compression)
     if package and not _requires(package):
         errors.append(

@@ -25,6 +25,14 @@ STRATEGIES = ("hivemind", "baseline", "ddp", "zero", "fsdp", "deepspeed", "diloc
 #: the strategies that run one rank per host over gloo, started at rank 0's rendezvous, each rank on its own
 #: shard of the data: the data_parallel_peer role (diloco: one torchft replica per host after it)
 DATA_PARALLEL_STRATEGIES = ("ddp", "zero", "fsdp", "deepspeed", "diloco")
+#: the role that runs a strategy's trainer on each host (playbooks/run.yml reads it through the plan's
+#: ``trainer_role``): Hivemind's peers, one data-parallel rank or DiLoCo replica a host, or a baseline
+TRAINER_ROLES = {
+    "hivemind": "hivemind_peer",
+    **dict.fromkeys(DATA_PARALLEL_STRATEGIES, "data_parallel_peer"),
+    "baseline": "baseline",
+    "solo": "baseline",
+}
 ZERO_STAGES = (1, 2, 3)
 DEFAULT_ZERO_STAGE = 2
 #: DiLoCo's defaults: inner steps between syncs (H), the outer Nesterov SGD's learning rate and momentum (the
@@ -425,22 +433,66 @@ IMPLIED = {
 }
 
 
+#: the variables only one strategy's trainer takes (DeepSpeed's ZeRO stage, DiLoCo's): variable -> strategy
+STRATEGY_OF = {
+    variable.name: variable.trainers[0]
+    for variable in VARIABLES
+    if variable.trainers in ((DEEPSPEED,), (DILOCO,))
+}
+
+
 def rule_problems(settings: dict[str, Any]) -> list[tuple[str, str]]:
-    """The rules between variables, written once for the playbook (controller/plan.py), the grid
-    (controller/grid/vars.py) and the trainer (trainer/config.py): (the variable, what is wrong) for each
-    rule ``settings`` breaks.
+    """The rules between variables, written once and applied by the playbook (controller/plan.py), the grid
+    (controller/grid/vars.py) and the trainer (trainer/config.py) alike, with the same words: (the variable,
+    what is wrong) for each rule ``settings`` breaks. A variable absent or None has its default.
 
     >>> rule_problems({"dataset": "cifar10", "strategy": "diloco", "sync_every": 200, "max_steps": 100})
     [('data_root', 'dataset=cifar10 needs data_root'), \
 ('sync_every', 'sync_every=200 exceeds max_steps=100: the peers would never sync')]
+    >>> rule_problems({"strategy": "hivemind", "zero_stage": 2})
+    [('zero_stage', 'zero_stage needs strategy deepspeed (got strategy=hivemind)')]
+    >>> rule_problems({"strategy": "ddp", "min_peers": 1, "peers": 4})
+    [('min_peers', 'min_peers needs strategy hivemind (a data-parallel world has a fixed size)')]
     """
+
+    def value(name: str) -> Any:
+        given = settings.get(name)
+        return BY_NAME[name].default if given is None else given
+
+    strategy = value("strategy")
     problems = []
-    if settings.get("dataset") in DATASETS_NEEDING_ROOT and not settings.get("data_root"):
-        problems.append(("data_root", f"dataset={settings['dataset']} needs data_root"))
-    every, steps = settings.get("sync_every"), settings.get("max_steps")
+    if value("dataset") in DATASETS_NEEDING_ROOT and not settings.get("data_root"):
+        problems.append(("data_root", f"dataset={value('dataset')} needs data_root"))
+    for name, only in STRATEGY_OF.items():
+        if settings.get(name) is not None and strategy != only:
+            problems.append((name, f"{name} needs strategy {only} (got strategy={strategy})"))
+    compression = value("compression")
+    if compression not in (None, "none") and strategy != "hivemind":
+        problems.append(
+            ("compression", f"compression={compression} needs strategy hivemind (got strategy={strategy})")
+        )
+    zero_stage = settings.get("zero_stage")
+    if zero_stage is not None and strategy == "deepspeed" and zero_stage not in ZERO_STAGES:
+        stages = ", ".join(map(str, ZERO_STAGES))
+        problems.append(("zero_stage", f"zero_stage must be one of {stages} (got {zero_stage})"))
+    every, steps = settings.get("sync_every"), value("max_steps")
     if every is not None and steps is not None and every > steps:
         problems.append(
             ("sync_every", f"sync_every={every} exceeds max_steps={steps}: the peers would never sync")
+        )
+    min_peers, peers = value("min_peers"), value("peers")
+    if min_peers and strategy != "hivemind":
+        problems.append(
+            ("min_peers", "min_peers needs strategy hivemind (a data-parallel world has a fixed size)")
+        )
+    elif min_peers and peers is not None and min_peers > peers:
+        problems.append(("min_peers", f"min_peers={min_peers} exceeds peers={peers}"))
+    if value("dht_bootstrap") == "monitor" and strategy != "hivemind":
+        problems.append(
+            (
+                "dht_bootstrap",
+                "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
+            )
         )
     return problems
 

@@ -27,10 +27,8 @@ from experiment.variables import (
     BY_NAME,
     COMPRESSION_PACKAGES,
     DATA_PARALLEL_STRATEGIES,
-    DILOCO_FIELDS,
     STRATEGIES,
     VARIABLES,
-    ZERO_STAGES,
     KindError,
     parse_value,
     rule_problems,
@@ -317,10 +315,7 @@ class RunConfig:
         """Check every value; raise :class:`ConfigError` on the first that cannot work. Returns self."""
         _choice("strategy", self.strategy, STRATEGIES)
         self._check_shared()
-        if self.compression != "none" and self.strategy != "hivemind":
-            raise ConfigError(
-                "only strategy hivemind compresses what it averages", "compression", self.compression
-            )
+        self._check_rules("compression")
         package = COMPRESSION_PACKAGES.get(self.compression)
         if package and importlib.util.find_spec(package) is None:
             raise ConfigError(
@@ -342,12 +337,7 @@ class RunConfig:
             # Hivemind uses the run id as its DHT key prefix and refuses dots there.
             raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
         _at_least("expected_peers", self.expected_peers, 1)
-        if not 0 <= self.min_peers <= self.expected_peers:
-            raise ConfigError(
-                f"min_peers must be 0 (all) .. expected_peers = {self.expected_peers}",
-                "min_peers",
-                self.min_peers,
-            )
+        self._check_rules()
         if not self.start_timeout > 0:
             raise ConfigError("must be a positive number of seconds", "start_timeout", self.start_timeout)
         problem = check_factor(self.time_dilation)
@@ -358,10 +348,6 @@ class RunConfig:
         if not 0 <= self.hold_headroom < 1:
             raise ConfigError("must be a share in [0, 1)", "hold_headroom", self.hold_headroom)
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
-        if self.zero_stage is not None:
-            if self.strategy != "deepspeed":
-                raise ConfigError("only strategy deepspeed has ZeRO stages", "zero_stage", self.zero_stage)
-            _choice("zero_stage", self.zero_stage, ZERO_STAGES)
         self._check_diloco()
         if self.strategy in DATA_PARALLEL_STRATEGIES:
             if not 0 <= self.rank < self.expected_peers:
@@ -376,15 +362,13 @@ class RunConfig:
         return self
 
     def _check_diloco(self) -> None:
-        given = [name for name in DILOCO_FIELDS if getattr(self, name) is not None]
+        """DiLoCo's own settings (which strategy takes them is a rule between variables: _check_rules)."""
         if self.strategy != "diloco":
-            if given or self.lighthouse is not None:
-                name = (given or ["lighthouse"])[0]
-                raise ConfigError("only strategy diloco has this setting", name, getattr(self, name))
+            if self.lighthouse is not None:
+                raise ConfigError("only strategy diloco has a Lighthouse", "lighthouse", self.lighthouse)
             return
         if self.sync_every is not None:
             _at_least("sync_every", self.sync_every, 1)
-            self._check_rules("sync_every")
         if self.outer_learning_rate is not None and not (
             math.isfinite(self.outer_learning_rate) and self.outer_learning_rate > 0
         ):
@@ -410,10 +394,12 @@ class RunConfig:
             except KindError as error:
                 raise ConfigError(str(error), name, value) from None
 
-    def _check_rules(self, name: str) -> None:
-        """The rules between variables the playbook and the grid check too (experiment/variables.py)."""
-        for field_name, problem in rule_problems(dataclasses.asdict(self)):
-            if field_name == name:
+    def _check_rules(self, *names: str) -> None:
+        """The rules between variables, as the playbook and the grid apply them (experiment/variables.py):
+        the first the config breaks among ``names``, or among all but data_root's (checked with the paths)."""
+        settings = {**dataclasses.asdict(self), "peers": self.expected_peers}
+        for field_name, problem in rule_problems(settings):
+            if field_name in names or (not names and field_name != "data_root"):
                 raise ConfigError(problem, field_name, getattr(self, field_name))
 
     def _check_data_root(self) -> None:

@@ -83,9 +83,12 @@ BAD_INPUTS = [
     (["--strategy", "fsdp", "--rendezvous", "10.0.0.1"], "rendezvous=10.0.0.1"),
     (
         ["--strategy", "deepspeed", "--zero-stage", "4"],
-        "unknown zero stage, choose from 1, 2, 3 (zero_stage=4)",
+        "zero_stage must be one of 1, 2, 3 (got 4) (zero_stage=4)",
     ),
-    (["--strategy", "ddp", "--zero-stage", "2"], "only strategy deepspeed has ZeRO stages (zero_stage=2)"),
+    (
+        ["--strategy", "ddp", "--zero-stage", "2"],
+        "zero_stage needs strategy deepspeed (got strategy=ddp) (zero_stage=2)",
+    ),
     (["--optimizer", "lamb"], "optimizer=lamb"),
     (["--target-batch-size", "0"], "target_batch_size=0"),
     (["--dataset", "cifar10"], "data_root=None"),
@@ -102,7 +105,7 @@ BAD_INPUTS = [
     (["--expected-peers", "0"], "expected_peers=0"),
     (["--average-state-every", "0"], "average_state_every=0"),
     (["--strategy", "hivemind", "--compression", "zip"], "unknown compression, choose from none, fp16"),
-    (["--compression", "fp16"], "only strategy hivemind compresses what it averages (compression=fp16)"),
+    (["--compression", "fp16"], "compression=fp16 needs strategy hivemind (got strategy=baseline)"),
     (
         ["--strategy", "hivemind", "--compression", "blockwise8"],
         "needs bitsandbytes, which is not installed here (compression=blockwise8)",
