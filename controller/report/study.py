@@ -1,11 +1,12 @@
-"""The study's published figures, generated from its committed results (docs/study.md).
+"""The study's published figures, generated from its committed results, edition by edition.
 
-``python -m controller.report.study`` runs ``trainer report`` on ``studies/thesis`` (the committed results of
-``trainer grid studies/thesis/grid.yml --results-dir studies/thesis``) into ``studies/thesis/report`` and
-writes the tables of docs/study.md between their markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``)
-from that report's CSV files. ``--check`` does the same into a temporary directory and fails, naming each,
-where a committed CSV or a table of docs/study.md differs from what the committed results give: no figure of
-the study is typed by hand.
+``python -m controller.report.study`` runs ``trainer report`` on each edition's committed results (the first:
+``studies/thesis``, from ``trainer grid studies/thesis/grid.yml --results-dir studies/thesis``; the second:
+``studies/second-edition``, from ``trainer grid grids/study.yml --results-dir studies/second-edition``) into
+its ``report/`` and writes the tables of its page (docs/study.md, docs/study-second-edition.md) between their
+markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``) from that report's CSV files. ``--edition`` picks
+one. ``--check`` does the same into a temporary directory and fails, naming each, where a committed CSV or a
+table of a page differs from what the committed results give: no figure of the study is typed by hand.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-STUDY_DIR = REPO / "studies" / "thesis"
-REPORT_DIR = STUDY_DIR / "report"
-DOC = REPO / "docs" / "study.md"
-GRID = STUDY_DIR / "grid.yml"  # the first edition's grid, as its runs ran it
 #: the report's options for the study (docs/study.md, "Targets"): a loss and a validation accuracy that every
 #: centre-point run reaches, the baselines' and the 2 x 8, 4 x 4 and 8 x 2 Hivemind runs' alike, so that the
 #: peers are compared on times, not on runs that never get there (the report's default accuracy target, the
@@ -37,6 +35,55 @@ REPORT_ARGS = ("--target-loss", str(TARGET_LOSS), "--target-accuracy", str(TARGE
 #: CSV files of the report that hold no figure of the study's runs (none now); every other one is compared
 UNCOMPARED: tuple[str, ...] = ()
 MARKER = re.compile(r"(<!-- study:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /study -->)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Edition:
+    """One edition of the study: its committed results, the grid they ran, its page, the report's options."""
+
+    name: str
+    study_dir: Path
+    grid: Path
+    doc: Path
+    report_args: tuple[str, ...]
+
+    @property
+    def report_dir(self) -> Path:
+        return self.study_dir / "report"
+
+
+#: a table of a page: (the edition, its report's directory, each setting's label -> its settings) -> markdown
+Table = Callable[[Edition, Path, dict[str, dict[str, Any]]], str]
+
+
+def _headline_targets(grid: Path) -> tuple[str, ...]:
+    """The report's options for the targets a grid's headline named before its runs."""
+    from controller.grid.spec import load_grid
+
+    headline = load_grid(grid).headline
+    if headline is None:
+        return ()
+    accuracy = (
+        () if headline.accuracy_target is None else ("--target-accuracy", str(headline.accuracy_target))
+    )
+    return ("--target-loss", str(headline.loss_target), *accuracy)
+
+
+def editions() -> dict[str, Edition]:
+    """The study's editions: the first (its grid kept as it ran, targets set after its runs) and the second
+    (on the held scale model, its targets and comparisons named in its grid before its runs)."""
+    first_dir, second_dir = REPO / "studies" / "thesis", REPO / "studies" / "second-edition"
+    second_grid = REPO / "grids" / "study.yml"
+    return {
+        "first": Edition("first", first_dir, first_dir / "grid.yml", REPO / "docs" / "study.md", REPORT_ARGS),
+        "second": Edition(
+            "second",
+            second_dir,
+            second_grid,
+            REPO / "docs" / "study-second-edition.md",
+            _headline_targets(second_grid),
+        ),
+    }
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -75,6 +122,16 @@ def markdown(columns: list[tuple[str, str]], rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: how a page names a strategy
+STRATEGY_NAMES = {
+    "hivemind": "Hivemind",
+    "ddp": "DDP",
+    "zero": "ZeRO",
+    "fsdp": "FSDP",
+    "deepspeed": "DeepSpeed",
+    "diloco": "DiLoCo",
+    "solo": "solo",
+}
 #: the centre point of the study (its grid): every other setting changes one of these
 CENTRE = {"batch_size": 32, "learning_rate": 0.01, "target_batch_size": 1250, "local_updates": False}
 DEFAULT_MATCHMAKING = 5.0
@@ -95,11 +152,16 @@ def short(settings: dict[str, Any]) -> str:
     >>> short({"strategy": "hivemind", "peers": 2, "vcpus": 8, "batch_size": 64, "learning_rate": 0.01,
     ...        "target_batch_size": 1250, "local_updates": True, "matchmaking_time": 0.5})
     'Hivemind 2 x 8, BS 64, LU on, matchmaking 0.5 s'
+    >>> short({"strategy": "ddp", "peers": 4, "vcpus": 4, "batch_size": 32, "learning_rate": 0.1})
+    'DDP 4 x 4, LR 0.1'
     """
-    if settings.get("strategy") == "baseline":
-        name, hivemind = "baseline 1 x 16", False
+    strategy = settings.get("strategy")
+    hivemind = strategy == "hivemind"
+    if strategy == "baseline":
+        name = "baseline 1 x 16"
     else:
-        name, hivemind = f"Hivemind {settings.get('peers')} x {settings.get('vcpus')}", True
+        shown = STRATEGY_NAMES.get(strategy, str(strategy))
+        name = f"{shown} {settings.get('peers')} x {settings.get('vcpus')}"
     parts = [name]
     if settings.get("batch_size") != CENTRE["batch_size"]:
         parts.append(f"BS {settings.get('batch_size')}")
@@ -120,7 +182,7 @@ def is_centre(settings: dict[str, Any]) -> bool:
     if not settings:
         return False
     keys: tuple[str, ...] = ("batch_size", "learning_rate")
-    if settings.get("strategy") != "baseline":
+    if settings.get("strategy") == "hivemind":
         keys += ("target_batch_size", "local_updates")
         if float(settings.get("matchmaking_time") or DEFAULT_MATCHMAKING) != DEFAULT_MATCHMAKING:
             return False
@@ -149,7 +211,7 @@ def _per_setting(rows: list[dict[str, str]], fields: list[str]) -> list[dict[str
     return out
 
 
-def peers_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+def peers_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
     rows = [r for r in read_csv(report / "comparisons.csv") if is_centre(labels.get(r["setting"], {}))]
     rows.sort(key=lambda r: int(labels[r["setting"]]["peers"]))
     return markdown(
@@ -170,7 +232,7 @@ def peers_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def breakdown_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+def breakdown_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
     """Per setting: where the step time goes (shares of the step, means over the runs), what bounds its runs
     (each run's bound, most often first; ``trainer report``'s diagnosis) with the averaging's two parts, the
     all-reduce itself (communication) and the waiting around it (coordination), and the knob the report
@@ -235,8 +297,8 @@ def effect_cell(row: dict[str, str], runs: int) -> str:
     return text
 
 
-def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
-    def table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+def _effects(factor: str) -> Table:
+    def table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
         metrics = {column for _, column in EFFECT_METRICS}
         levels: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
         for row in _named(read_csv(report / "effects.csv"), labels, "cell"):
@@ -257,7 +319,7 @@ def _effects(factor: str) -> Callable[[Path, dict[str, dict[str, Any]]], str]:
     return table
 
 
-def prediction_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+def prediction_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
     """Per setting (gradient averaging): the granularity model's epoch (compute against matchmaking plus
     all-reduce at the link's bound), its predicted speedup and the measured one, means over the runs."""
     fields = ["compute_s", "communicate_s", "granularity", "predicted_speedup", "measured_speedup"]
@@ -276,17 +338,17 @@ def prediction_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
+def cost_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
     """Machine time per block of the study's grid: spent on its complete runs (the grid's status file) and
     estimated for the rest (controller/grid/estimate.py), in hours."""
     from controller.grid.estimate import estimate
     from controller.grid.spec import load_grid
     from controller.grid.status import GridStatus, experiment_complete
 
-    grid = load_grid(GRID)
+    grid = load_grid(edition.grid)
     runs = list(grid.runs)
-    status = GridStatus.load(STUDY_DIR / f"grid-{grid.name}.status.json", grid)
-    done = {run.experiment_id for run in runs if experiment_complete(STUDY_DIR, run.experiment_id)}
+    status = GridStatus.load(edition.study_dir / f"grid-{grid.name}.status.json", grid)
+    done = {run.experiment_id for run in runs if experiment_complete(edition.study_dir, run.experiment_id)}
     estimates = estimate(runs, status.runs, done)
     rows = []
     for block in (*grid.blocks, "all"):
@@ -317,7 +379,71 @@ def cost_table(report: Path, labels: dict[str, dict[str, Any]]) -> str:
     )
 
 
-TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
+def headline_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """The confirmatory family the grid named before its runs (``headline:``), as the report tests it: each
+    comparison's ratio with its 95 % interval, Welch's p and its Holm-corrected p, and the verdict."""
+    rows = read_csv(report / "headline.csv")
+    for row in rows:
+        row["interval"] = (
+            f"{number(row.get('ci_low'))}-{number(row.get('ci_high'))}" if row.get("ratio") else ""
+        )
+    return markdown(
+        [
+            ("comparison", "comparison"),
+            ("metric", "metric"),
+            ("runs", "runs"),
+            ("against", "against"),
+            ("ratio", "ratio"),
+            ("95 % interval", "interval"),
+            ("p", "p_value"),
+            ("p, corrected", "p_holm"),
+            ("verdict", "verdict"),
+        ],
+        rows,
+    )
+
+
+def received_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Per setting: its complete runs and the compute they received against the calibration (1: the
+    modelled machine's rate; experiment.json ``received_compute``), the lowest and the highest."""
+    from controller.report.data import load_experiments
+
+    name_of = {
+        e.experiment_id: ("noise floor" if e.is_noise_floor else short(e.settings))
+        for e in load_experiments(edition.study_dir)
+    }
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row in read_csv(report / "experiments.csv"):
+        if row.get("received_compute") not in (None, "") and row["experiment_id"] in name_of:
+            groups[name_of[row["experiment_id"]]].append(float(row["received_compute"]))
+    rows = [
+        {"setting": name, "runs": str(len(values)), "low": f"{min(values):.4g}", "high": f"{max(values):.4g}"}
+        for name, values in sorted(groups.items())
+    ]
+    return markdown([("setting", "setting"), ("runs", "runs"), ("lowest", "low"), ("highest", "high")], rows)
+
+
+def noise_floor_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """The noise floor: equal peers training alone, the spread between the runs' rates and its interval."""
+    return markdown(
+        [
+            ("setting", "setting"),
+            ("runs", "runs"),
+            ("samples/s, lowest", "samples_per_second_min"),
+            ("highest", "samples_per_second_max"),
+            ("floor", "floor"),
+            ("95 % interval", "floor_ci_low"),
+            ("to", "floor_ci_high"),
+            ("peers' spread", "peer_spread"),
+        ],
+        read_csv(report / "noise_floor.csv"),
+    )
+
+
+TABLES: dict[str, Table] = {
+    "headline": headline_table,
+    "received": received_table,
+    "noise_floor": noise_floor_table,
     "peers": peers_table,
     "breakdown": breakdown_table,
     "cost": cost_table,
@@ -329,61 +455,74 @@ TABLES: dict[str, Callable[[Path, dict[str, dict[str, Any]]], str]] = {
 }
 
 
-def render(doc: str, report: Path) -> str:
+def _shown(path: Path) -> str:
+    """A path as a message names it: from the repository's root where it is inside it."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def render(edition: Edition, doc: str, report: Path) -> str:
     """``doc`` with every marked table generated from ``report``'s CSV files; an unknown name fails."""
 
-    labels = settings_by_label(STUDY_DIR)
+    labels = settings_by_label(edition.study_dir)
 
     def fill(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in TABLES:
-            raise ValueError(f"docs/study.md: unknown table {name!r} (known: {', '.join(TABLES)})")
-        return match[1] + TABLES[name](report, labels) + match[4]
+            raise ValueError(f"{_shown(edition.doc)}: unknown table {name!r} (known: {', '.join(TABLES)})")
+        return match[1] + TABLES[name](edition, report, labels) + match[4]
 
     return MARKER.sub(fill, doc)
 
 
-def run_report(out: Path) -> None:
+def run_report(edition: Edition, out: Path) -> None:
     from controller.report.command import configure_parser, main
 
     parser = argparse.ArgumentParser()
     configure_parser(parser)
-    args = parser.parse_args([str(STUDY_DIR), "--out", str(out), *REPORT_ARGS])
+    args = parser.parse_args([str(edition.study_dir), "--out", str(out), *edition.report_args])
     if main(args) != 0:
-        raise SystemExit(f"trainer report {STUDY_DIR} failed")
+        raise SystemExit(f"trainer report {edition.study_dir} failed")
 
 
-def differences(generated: Path) -> list[str]:
-    """What the committed report and docs/study.md hold that ``generated`` (a fresh report) does not."""
+def differences(edition: Edition, generated: Path) -> list[str]:
+    """What the committed report and the edition's page hold that ``generated`` (a fresh report) does not."""
     problems = []
-    committed = {p.name for p in REPORT_DIR.glob("*.csv")} - set(UNCOMPARED)
+    report_dir = edition.report_dir
+    committed = {p.name for p in report_dir.glob("*.csv")} - set(UNCOMPARED)
     fresh = {p.name for p in generated.glob("*.csv")} - set(UNCOMPARED)
     for name in sorted(committed ^ fresh):
         where = "committed only" if name in committed else "generated only"
-        problems.append(f"{REPORT_DIR.relative_to(REPO)}/{name}: {where}")
+        problems.append(f"{report_dir.relative_to(REPO)}/{name}: {where}")
     for name in sorted(committed & fresh):
-        if (REPORT_DIR / name).read_text() != (generated / name).read_text():
-            problems.append(f"{REPORT_DIR.relative_to(REPO)}/{name}: differs from the committed results'")
-    doc = DOC.read_text()
-    if render(doc, generated) != doc:
-        problems.append("docs/study.md: a table differs from the committed results' report")
+        if (report_dir / name).read_text() != (generated / name).read_text():
+            problems.append(f"{report_dir.relative_to(REPO)}/{name}: differs from the committed results'")
+    doc = edition.doc.read_text()
+    if render(edition, doc, generated) != doc:
+        problems.append(f"{_shown(edition.doc)}: a table differs from the committed results' report")
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail where a published figure is stale")
+    parser.add_argument("--edition", choices=("first", "second"), help="one edition (default: both)")
     args = parser.parse_args(argv)
+    chosen = [edition for name, edition in editions().items() if args.edition in (None, name)]
     if args.check:
-        with tempfile.TemporaryDirectory() as tmp:
-            run_report(Path(tmp))
-            problems = differences(Path(tmp))
+        problems = []
+        for edition in chosen:
+            with tempfile.TemporaryDirectory() as tmp:
+                run_report(edition, Path(tmp))
+                problems += differences(edition, Path(tmp))
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
-    run_report(REPORT_DIR)
-    DOC.write_text(render(DOC.read_text(), REPORT_DIR))
-    print(f"wrote {REPORT_DIR.relative_to(REPO)} and the tables of {DOC.relative_to(REPO)}")
+    for edition in chosen:
+        run_report(edition, edition.report_dir)
+        edition.doc.write_text(render(edition, edition.doc.read_text(), edition.report_dir))
+        print(
+            f"wrote {edition.report_dir.relative_to(REPO)} and the tables of {edition.doc.relative_to(REPO)}"
+        )
     return 0
 
 
