@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.calibration import DEFAULT, KIND, CalibrationError, load
-from controller.plan import COMPUTE_HEADROOM
+from controller.sizing import COMPUTE_HEADROOM
 
 SHIPPED = load(DEFAULT)
 

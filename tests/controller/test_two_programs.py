@@ -90,8 +90,10 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.report.plots",
         "controller.reuse",
         "controller.failure",
+        "controller.report.study",
         "experiment.machine",
         "experiment.record",
+        "experiment.variables",
     ],
 )
 def test_docstring_examples(name):

@@ -9,6 +9,8 @@ import pytest
 from e2e_support import extra_vars, run_playbook
 from shared_cluster import REPO
 
+from controller import sizing
+
 CLUSTER_PLAY = "PLAY [Create the local cluster's containers]"
 
 
@@ -157,7 +159,7 @@ def test_local_defaults_share_sixteen_vcpus_and_scale_the_containers_to_this_mac
     assert result["hosts"] == hosts[:8]
     plan = result["plan"]
     # equal quotas that leave the infrastructure its reserve, and no pinning (docs/fair-cpu.md)
-    reserve = validation.LOCAL_INFRA_RESERVE_CORES
+    reserve = sizing.LOCAL_INFRA_RESERVE_CORES
     assert sum(entry["cpus_limit"] for entry in plan.values()) == pytest.approx(2.0 - reserve, abs=0.01)
     assert len({entry["cpus_limit"] for entry in plan.values()}) == 1
     assert {entry["threads"] for entry in plan.values()} == {1}
