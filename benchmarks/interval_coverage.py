@@ -8,15 +8,15 @@ Repeats are drawn from known distributions, normal and log-normal, with a coeffi
 - **detected**: how often it is "beyond the noise" when the true ratio is 1.25 (the power: what a
   difference of 25 % needs in runs).
 
-Methods: **new**, the report's ``ratio_interval`` (Welch's t-interval on logarithms), called as the report
-calls it; **old**, the percentile bootstrap of the ratio of means the report used before
+Methods: **welch**, the report's ``ratio_interval`` (Welch's t-interval on logarithms), called as the report
+calls it; **bootstrap**, the percentile bootstrap of the ratio of means, the usual alternative
 (``scipy.stats.bootstrap(method="percentile")``; here the same resampling written with numpy, vectorised
 over the draws so that thousands of draws run in seconds). A cell passes where coverage >= 93 % and false
-verdicts <= 6 %; ``MIN_RUNS`` in controller/report/intervals.py is the fewest runs from which the new method
+verdicts <= 6 %; ``MIN_RUNS`` in controller/report/intervals.py is the fewest runs from which Welch's interval
 passes in every cell. docs/statistics.md holds the full table::
 
     python benchmarks/interval_coverage.py                       # 10000 draws a cell, ~2 minutes
-    python benchmarks/interval_coverage.py --draws 1000 --no-old  # seconds: the new method only
+    python benchmarks/interval_coverage.py --draws 1000 --welch-only  # seconds: Welch's interval only
 
 tests/controller/test_interval_coverage.py runs a smaller seeded version with a tolerance.
 """
@@ -74,11 +74,13 @@ def draw(
     return rng.lognormal(math.log(mean) - sigma**2 / 2, sigma, shape)
 
 
-def new_intervals(top: np.ndarray, bottom: np.ndarray) -> list[tuple[float, float] | None]:
+def welch_intervals(top: np.ndarray, bottom: np.ndarray) -> list[tuple[float, float] | None]:
     return [ratio_interval(list(a), list(b)) for a, b in zip(top, bottom, strict=True)]
 
 
-def old_intervals(top: np.ndarray, bottom: np.ndarray, rng: np.random.Generator) -> list[tuple[float, float]]:
+def bootstrap_intervals(
+    top: np.ndarray, bottom: np.ndarray, rng: np.random.Generator
+) -> list[tuple[float, float]]:
     """The percentile bootstrap of the ratio of means: each side resampled on its own, OLD_RESAMPLES times."""
     draws, n = top.shape
     intervals = []
@@ -101,7 +103,9 @@ def cell(distribution: str, variation: float, runs: int, method: str, draws: int
     }
     found = {}
     for ratio, (top, bottom) in rates.items():
-        found[ratio] = new_intervals(top, bottom) if method == "new" else old_intervals(top, bottom, rng)
+        found[ratio] = (
+            welch_intervals(top, bottom) if method == "welch" else bootstrap_intervals(top, bottom, rng)
+        )
     given = [i for i in found[TRUE_RATIO] if i is not None]
     null = [i for i in found[1.0] if i is not None]
     return Cell(
@@ -116,7 +120,7 @@ def cell(distribution: str, variation: float, runs: int, method: str, draws: int
     )
 
 
-def table(draws: int, seed: int, methods: tuple[str, ...] = ("old", "new")) -> list[Cell]:
+def table(draws: int, seed: int, methods: tuple[str, ...] = ("bootstrap", "welch")) -> list[Cell]:
     return [
         cell(distribution, variation, runs, method, draws, seed)
         for distribution in DISTRIBUTIONS
@@ -127,11 +131,11 @@ def table(draws: int, seed: int, methods: tuple[str, ...] = ("old", "new")) -> l
 
 
 def markdown(cells: list[Cell], draws: int, seed: int) -> str:
-    methods = sorted({c.method for c in cells}, key=("old", "new").index)
+    methods = sorted({c.method for c in cells}, key=("bootstrap", "welch").index)
     header = (
         "| distribution | CV | runs a side | "
         + " | ".join(f"{m}: coverage | {m}: false verdicts" for m in methods)
-        + " | new: detects 1.25x"
+        + " | welch: detects 1.25x"
     )
     lines = [
         f"{draws} draws a cell, seed {seed}; goal: coverage >= {COVERAGE_GOAL:.0%}, false verdicts <= "
@@ -152,7 +156,7 @@ def markdown(cells: list[Cell], draws: int, seed: int) -> str:
                         "" if c.false_verdicts <= FALSE_VERDICT_LIMIT else " **x**"
                     )
                     parts += [cov, false]
-                parts.append(f"{by_key[distribution, variation, runs, 'new'].detected:.0%}")
+                parts.append(f"{by_key[distribution, variation, runs, 'welch'].detected:.0%}")
                 lines.append("| " + " | ".join(parts) + " |")
     return "\n".join(lines) + "\n"
 
@@ -161,16 +165,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=10000, help="draws a cell (default 10000)")
     parser.add_argument("--seed", type=int, default=52)
-    parser.add_argument("--no-old", action="store_true", help="the new method only (fast)")
+    parser.add_argument("--welch-only", action="store_true", help="Welch's interval only (fast)")
     args = parser.parse_args()
-    cells = table(args.draws, args.seed, ("new",) if args.no_old else ("old", "new"))
+    cells = table(args.draws, args.seed, ("welch",) if args.welch_only else ("bootstrap", "welch"))
     print(markdown(cells, args.draws, args.seed), end="")
     held = sorted(
-        {c.runs for c in cells if c.method == "new"}
-        - {c.runs for c in cells if c.method == "new" and not c.holds}
+        {c.runs for c in cells if c.method == "welch"}
+        - {c.runs for c in cells if c.method == "welch" and not c.holds}
     )
     print(
-        f"\nnew method holds in every cell from n = {min(held) if held else 'none'} "
+        f"\nWelch's interval holds in every cell from n = {min(held) if held else 'none'} "
         f"(runs a side tried: {RUNS})"
     )
 

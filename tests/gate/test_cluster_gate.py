@@ -1,5 +1,5 @@
 """The gate's rules (tests/conftest.py): a cluster test is rerun once and listed with its first failure; a
-unit test is never rerun; ``chance.expect`` records and prints, never fails a test."""
+unit test is never rerun; ``chance.expect`` records, keeps and prints, never fails a test."""
 
 from __future__ import annotations
 
@@ -32,7 +32,10 @@ def test_chance_is_recorded(chance):
 """
 
 
-def test_cluster_tests_are_rerun_once_and_listed(pytester):
+def test_cluster_tests_are_rerun_once_and_listed(pytester, monkeypatch, tmp_path):
+    kept = tmp_path / "observations.jsonl"
+    monkeypatch.setenv("TESTBED_OBSERVATIONS", str(kept))
+    monkeypatch.setenv("TESTBED_TEST_SESSION", "earlier")
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    cluster: cluster\n    molecule: molecule\n")
     pytester.makepyfile(test_probes=PROBES)
@@ -46,6 +49,12 @@ def test_cluster_tests_are_rerun_once_and_listed(pytester):
     assert "2 recorded, 1 did not hold" in out
     recorded = "NOT HELD test_probes.py::test_chance_is_recorded: rounds formed  [{'ok': 0}]"
     assert recorded in out
+    # kept across runs: a second session's summary counts both
+    assert len(kept.read_text().splitlines()) == 2
+    monkeypatch.setenv("TESTBED_TEST_SESSION", "later")
+    again = pytester.runpytest("-p", "no:cacheprovider", "-k", "chance")
+    assert "rounds formed: held 0 of 2 in 2 session(s)" in again.stdout.str()
+    assert "no timeout: held 2 of 2 in 2 session(s)" in again.stdout.str()
 
 
 def test_nothing_is_printed_without_cluster_tests(pytester):

@@ -92,7 +92,7 @@ def test_two_against_two_gives_the_range_of_the_t_interval_not_min_over_max():
     hm = _runs("hm", "hivemind", [108, 112], [58, 57], peers=2)
     _, comparisons = _report(base, hm)
     (row,) = comparisons.rows
-    # the old interval would have been 108/104-112/100 = 1.04-1.12: "faster beyond the noise"
+    # an interval from the ranges of the means would be 108/104-112/100 = 1.04-1.12: "faster beyond the noise"
     assert row["throughput_ci_low"] < 1 < row["throughput_ci_high"], row
     assert row["throughput_verdict"] == "within the noise"
     assert row["throughput_runs_needed"] > 2
