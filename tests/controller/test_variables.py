@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from experiment import variables
+from experiment import variables, variables_table
 from trainer.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = REPO / "controller" / "plan.py"
 GRID_VARS = REPO / "controller" / "grid" / "vars.py"
 NAMES = REPO / "controller" / "names.py"
+TABLE = REPO / "experiment" / "variables_table.py"
 INVENTORY = {
     "peers": ["peer-01", "peer-02"],
     "local": True,
@@ -34,9 +35,10 @@ def _fresh(path: Path, name: str) -> types.ModuleType:
 
 
 def test_the_docs_table_is_generated_from_the_definition():
-    text = variables.DOCS.read_text()
-    regenerate = ".venv/bin/python -m experiment.variables --write-docs"
-    assert variables.docs_with_table(text) == text, f"docs/architecture.md's table is stale: run {regenerate}"
+    text = variables_table.DOCS.read_text()
+    regenerate = ".venv/bin/python -m experiment.variables_table --write-docs"
+    stale = f"docs/architecture.md's table is stale: run {regenerate}"
+    assert variables_table.docs_with_table(text) == text, stale
 
 
 def test_every_setting_handed_to_the_trainer_is_a_trainer_flag():
@@ -101,5 +103,6 @@ def test_a_variable_added_to_the_definition_reaches_every_user(monkeypatch):
     assert refused_name.startswith("unknown variable 'warmup_steps'")
     assert _fresh(NAMES, "names_with_warmup_steps").testbed_unknown_variables(["warmup_steps"]) == []
 
-    docs = variables.DOCS.read_text()
-    assert "`warmup_steps`" in definition.docs_with_table(docs) and "`warmup_steps`" not in docs
+    table = _fresh(TABLE, "table_with_warmup_steps")
+    docs = variables_table.DOCS.read_text()
+    assert "`warmup_steps`" in table.docs_with_table(docs) and "`warmup_steps`" not in docs
