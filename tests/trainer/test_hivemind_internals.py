@@ -7,15 +7,14 @@ import time
 
 import pytest
 
-from trainer.strategies.hivemind import rounds as hivemind_rounds
-from trainer.strategies.hivemind.rounds import (
+from trainer.strategies.hivemind import optimizer as hivemind_optimizer
+from trainer.strategies.hivemind.internals import HIVEMIND_VERSION, check_internals, internals_problems
+from trainer.strategies.hivemind.round_timing import (
     KIND_GRADIENTS,
     KIND_PARAMETERS,
     ChildRound,
     RoundCollector,
     RoundTimingMixin,
-    check_internals,
-    internals_problems,
 )
 from trainer.traffic import Traffic
 
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.hivemind
 def test_installed_hivemind_matches_the_instrumented_internals():
     import hivemind
 
-    assert hivemind.__version__ == hivemind_rounds.HIVEMIND_VERSION
+    assert hivemind.__version__ == HIVEMIND_VERSION
     assert internals_problems() == []
     check_internals()
 
@@ -361,10 +360,10 @@ def _optimizer_state(
         tracker=SimpleNamespace(global_epoch=global_),
         scheduled_grads=control,
         matchmaking_time=0.5,
-        final_round_wait=hivemind_rounds.FINAL_ROUND_WAIT_SECONDS,
+        final_round_wait=hivemind_optimizer.FINAL_ROUND_WAIT_SECONDS,
         others_done=others_done,
     )
-    state._group_formed = MethodType(hivemind_rounds.instrumented_optimizer_class()._group_formed, state)
+    state._group_formed = MethodType(hivemind_optimizer.instrumented_optimizer_class()._group_formed, state)
     return state
 
 
@@ -385,7 +384,7 @@ def _others_done_after(reads: list[int]):
 def test_a_lagging_peer_skips_only_a_round_nobody_will_join():
     from hivemind.averaging.control import AveragingStage
 
-    decide = hivemind_rounds.instrumented_optimizer_class()._others_finished_without_us
+    decide = hivemind_optimizer.instrumented_optimizer_class()._others_finished_without_us
     assert decide(_optimizer_state(2, 3, stop=3)) is True  # the others reached the stop epoch without it
     assert decide(_optimizer_state(2, 3, stop=None)) is False  # no collective stop yet: a normal transition
     assert decide(_optimizer_state(2, 2, stop=3)) is False  # nobody got there yet: this is the last round
@@ -402,7 +401,7 @@ def test_a_peer_one_epoch_behind_whose_tracker_lags_skips_the_last_round_once_th
     shows 2; their done announcements decide. Bounded: it goes on to the round when they are not done."""
     from hivemind.averaging.control import AveragingStage
 
-    decide = hivemind_rounds.instrumented_optimizer_class()._others_finished_without_us
+    decide = hivemind_optimizer.instrumented_optimizer_class()._others_finished_without_us
     reads: list[int] = []
     done_after = _others_done_after(reads)
 
@@ -441,8 +440,8 @@ def test_a_lagging_peers_round_is_released_once_every_other_peer_is_done(monkeyp
     done announcements are all there, and only while it still looks for a group."""
     from hivemind.averaging.control import AveragingStage
 
-    monkeypatch.setattr(hivemind_rounds, "RELEASE_POLL_SECONDS", 0.02)
-    release = hivemind_rounds.instrumented_optimizer_class()._release_when_others_done
+    monkeypatch.setattr(hivemind_optimizer, "RELEASE_POLL_SECONDS", 0.02)
+    release = hivemind_optimizer.instrumented_optimizer_class()._release_when_others_done
     reads: list[int] = []
     done_after = _others_done_after(reads)
 

@@ -4,7 +4,7 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
 
 - setup: joins the run's DHT (``--listen``, ``--initial-peers``; unreachable peers are retried for a bounded
   time, then ConnectionError), the bootstrap peer writes ``multiaddrs.txt``, builds ``hivemind.Optimizer``
-  with the averagers instrumented per round (rounds.py);
+  with the averagers instrumented per round (round_timing.py, optimizer.py);
 - wait_for_start: loads the collaboration's state when the run is already under way, then the start barrier
   (coordination.py). A restarted trainer (``rejoining``: a restart fault or churn, docs/faults.md) first
   waits until its tracker sees the others' progress, then downloads their state, timed and its bytes
@@ -16,7 +16,7 @@ What this strategy adds to the shared loop (trainer/strategies/base.py):
   its epoch reaches the published one (its ``stop_reason`` is ``collective_finish``), so the last averaging
   round has everybody in it. A peer that stops for any other reason publishes its current epoch on its way
   out, so the others stop at once instead of waiting for it. A lagging peer whose round toward the stop finds
-  every other peer done releases it and stops (rounds.py), rather than looking for a group until the
+  every other peer done releases it and stops (optimizer.py), rather than looking for a group until the
   averaging timeout;
 - finish: leaves pending rounds cleanly (tag along / cancel, wait for the background parameter round), keeps
   serving for up to ``--finish-grace`` seconds until every peer said it is done, then shuts the averagers,
@@ -50,12 +50,9 @@ from trainer.dilation import (
     tracker_metadata_expiration,
 )
 from trainer.strategies.base import StepOutcome, build_optimizer, parameters_fingerprint
-from trainer.strategies.hivemind.rounds import (
-    FINAL_ROUND_WAIT_SECONDS,
-    RoundCollector,
-    averager_classes,
-    check_internals,
-)
+from trainer.strategies.hivemind.internals import check_internals
+from trainer.strategies.hivemind.optimizer import FINAL_ROUND_WAIT_SECONDS
+from trainer.strategies.hivemind.round_timing import RoundCollector, averager_classes
 from trainer.traffic import RunTraffic, TrafficCounter
 
 if TYPE_CHECKING:
@@ -123,7 +120,7 @@ class HivemindStrategy:
         import hivemind
 
         from trainer.strategies.hivemind.coordination import STOP_POLL_SECONDS, RunCoordinator
-        from trainer.strategies.hivemind.rounds import instrumented_optimizer_class
+        from trainer.strategies.hivemind.optimizer import instrumented_optimizer_class
 
         # from here on every duration is this peer's: the modelled one times D (trainer/dilation.py)
         self.dilation = dilation = Dilation.of(config)
@@ -145,10 +142,24 @@ class HivemindStrategy:
             addresses = [str(address) for address in self.dht.get_visible_maddrs()]
             path = write_multiaddrs(config.results_dir, addresses)
             log.info("bootstrap peer: DHT up, multiaddrs in %s: %s", path, " ".join(addresses))
+        self.coordinator = RunCoordinator(
+            self.dht,
+            config.run_id,
+            config.resolved_peer_id,
+            expected_peers=config.expected_peers,
+            stop_poll_interval=dilation.seconds(STOP_POLL_SECONDS),
+        )
+        self._waits = {
+            "tracker_sync": dilation.seconds(TRACKER_SYNC_SECONDS),
+            "stop_read": dilation.seconds(STOP_READ_SECONDS),
+        }
         optimizer_class = instrumented_optimizer_class()
         self.optimizer = optimizer_class(
             collector=self.collector,
             state_averager_class=state_averager,
+            read_stop_epoch=self._read_stop_epoch,
+            others_done=self.coordinator.others_done,
+            final_round_wait=dilation.seconds(FINAL_ROUND_WAIT_SECONDS),
             dht=self.dht,
             run_id=config.run_id,
             target_batch_size=config.target_batch_size,
@@ -165,20 +176,6 @@ class HivemindStrategy:
             verbose=False,
             **optimizer_options(factor, config.matchmaking_time, config.next_chunk_timeout),
         )
-        self.optimizer.final_round_wait = dilation.seconds(FINAL_ROUND_WAIT_SECONDS)
-        self.coordinator = RunCoordinator(
-            self.dht,
-            config.run_id,
-            config.resolved_peer_id,
-            expected_peers=config.expected_peers,
-            stop_poll_interval=dilation.seconds(STOP_POLL_SECONDS),
-        )
-        self._waits = {
-            "tracker_sync": dilation.seconds(TRACKER_SYNC_SECONDS),
-            "stop_read": dilation.seconds(STOP_READ_SECONDS),
-        }
-        self.optimizer.read_stop_epoch = self._read_stop_epoch
-        self.optimizer.others_done = self.coordinator.others_done
         self._remember_processes()
 
     def _remember_processes(self) -> None:
@@ -262,7 +259,7 @@ class HivemindStrategy:
         self._report_rounds(epoch)
         stop = self.coordinator.poll_stop()
         if stop is not None:
-            optimizer.stop_epoch = stop.epoch
+            optimizer.stop_at(stop.epoch)
         progress = optimizer.tracker.global_progress
         return StepOutcome(
             averaging_seconds=optimizer.step_averaging_seconds,
