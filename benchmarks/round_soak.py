@@ -118,7 +118,7 @@ def peer_args(args: argparse.Namespace, run_id: str, name: str, results: Path) -
         "--batch-size", str(args.batch_size), "--learning-rate", "0.05",
         "--target-batch-size", str(args.target_batch_size), "--max-steps", str(args.steps),
         "--matchmaking-time", str(args.matchmaking_time), "--averaging-timeout", str(args.averaging_timeout),
-        "--expected-peers", str(args.peers), "--vcpus", "1", "--metrics-port", "-1",
+        "--peers", str(args.peers), "--vcpus", "1", "--metrics-port", "-1",
         "--listen", "/ip4/127.0.0.1/tcp/0", "--run-id", run_id, "--peer-id", name,
         "--results-dir", str(results), "--overwrite",
     )  # fmt: skip

@@ -48,7 +48,7 @@ def run_ranks(args: argparse.Namespace, strategy: str, world: int) -> list[dict[
             *strategy_flags(strategy), "--model", args.model, "--dataset", "synthetic",
             "--optimizer", args.optimizer, "--batch-size", str(args.batch_size), "--learning-rate", "0.001",
             "--max-steps", str(args.steps), "--vcpus", "1", "--metrics-port", "-1", "--overwrite",
-            "--expected-peers", str(world), "--rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
+            "--peers", str(world), "--rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
             "--run-id", directory.name, "--peer-id", peer, "--results-dir", str(directory / peer),
         )  # fmt: skip
         directory.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ def trainer_args(
     ]  # fmt: skip
     if config.strategy == "hivemind":
         command += [
-            "--expected-peers", str(config.peers), "--listen", "/ip4/127.0.0.1/tcp/0",
+            "--peers", str(config.peers), "--listen", "/ip4/127.0.0.1/tcp/0",
             "--target-batch-size", str(args.target_batch_size),
             "--local-updates" if config.local_updates else "--no-local-updates",
             "--matchmaking-time", str(args.matchmaking_time),
@@ -120,7 +120,7 @@ def rank_args(
 ) -> list[str]:
     """A DDP rank's or DiLoCo replica's own flags."""
     command = [
-        "--expected-peers", str(config.peers), "--rank", str(rank), "--rendezvous", rendezvous,
+        "--peers", str(config.peers), "--rank", str(rank), "--rendezvous", rendezvous,
         "--averaging-timeout", str(args.averaging_timeout), "--start-timeout", "300",
     ]  # fmt: skip
     if config.strategy == "diloco":

@@ -60,8 +60,6 @@ CASES = {
         "dataset=cifar10 needs data_root",
     ),
 }
-#: the trainer's flags for the playbook's variables where they differ (the trainer counts its world)
-TRAINER_NAMES = {"peers": "expected_peers"}
 #: rules on variables the trainer does not take (the playbook places the DHT node)
 NOT_THE_TRAINERS = {"dht_bootstrap_monitor_needs_hivemind"}
 
@@ -118,7 +116,7 @@ def test_the_trainers_config_refuses_it(case):
     settings, words = CASES[case]
     flags = []
     for key, value in settings.items():
-        flags += [f"--{TRAINER_NAMES.get(key, key).replace('_', '-')}", str(value)]
+        flags += [f"--{key.replace('_', '-')}", str(value)]
     with pytest.raises(ConfigError) as refused:
         config_from_namespace(build_parser(["run"]).parse_args(["run", "--model", "smallcnn", *flags]))
     assert refused.value.what == words

@@ -147,7 +147,7 @@ class RunConfig:
         peer
     :param identity_path: Hivemind: this peer's private key file (`trainer identity` makes one), so that its
         peer ID, and with it its multiaddr, is known before it starts; empty: a new identity every start
-    :param expected_peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
+    :param peers: Hivemind: peers that must have joined before anyone takes a step (start barrier)
     :param min_peers: Hivemind: when the start barrier times out with at least this many peers (> 0), they
         start without the others instead of giving up (0: every expected peer is needed)
     :param start_timeout: Hivemind: seconds to wait at the start barrier before giving up (exit status 3)
@@ -155,7 +155,7 @@ class RunConfig:
     :param time_dilation: D, how many times slower this peer's CPU is than the machine it models (>= 1; 1:
         none). Every time setting above is in the modelled machine's seconds and the trainer waits D times
         as long (trainer/dilation.py); summary.json also gives its times divided by D
-    :param rank: DDP/ZeRO/FSDP/DeepSpeed: this process's rank, 0 .. expected_peers - 1 (rank 0 hosts the
+    :param rank: DDP/ZeRO/FSDP/DeepSpeed: this process's rank, 0 .. peers - 1 (rank 0 hosts the
         rendezvous)
     :param rendezvous: DDP/ZeRO/FSDP/DeepSpeed: ``HOST:PORT`` where rank 0 listens for the others (its
         cluster address)
@@ -213,7 +213,7 @@ class RunConfig:
         default="",
         metadata=_opt("Hivemind: private key file fixing this peer's ID (empty: a new one)", metavar="PATH"),
     )
-    expected_peers: int = field(
+    peers: int = field(
         default=1, metadata=_opt("Hivemind: peers to wait for before the first step; DDP/ZeRO: world size")
     )
     start_timeout: float = field(default=300.0, metadata=_opt("Hivemind: start barrier timeout (s)"))
@@ -336,7 +336,7 @@ class RunConfig:
         if "." in self.run_id:
             # Hivemind uses the run id as its DHT key prefix and refuses dots there.
             raise ConfigError("no '.' in a run id (a Hivemind DHT prefix)", "run_id", self.run_id)
-        _at_least("expected_peers", self.expected_peers, 1)
+        _at_least("peers", self.peers, 1)
         self._check_rules()
         if not self.start_timeout > 0:
             raise ConfigError("must be a positive number of seconds", "start_timeout", self.start_timeout)
@@ -350,10 +350,8 @@ class RunConfig:
         check_multiaddr(self.listen, field_name="listen", require_peer_id=False)
         self._check_diloco()
         if self.strategy in DATA_PARALLEL_STRATEGIES:
-            if not 0 <= self.rank < self.expected_peers:
-                raise ConfigError(
-                    f"rank must be 0 .. expected_peers - 1 = {self.expected_peers - 1}", "rank", self.rank
-                )
+            if not 0 <= self.rank < self.peers:
+                raise ConfigError(f"rank must be 0 .. peers - 1 = {self.peers - 1}", "rank", self.rank)
             check_rendezvous(self.rendezvous)
         for address in self.initial_peers:
             check_multiaddr(address, field_name="initial_peers", require_peer_id=True)
@@ -397,8 +395,7 @@ class RunConfig:
     def _check_rules(self, *names: str) -> None:
         """The rules between variables, as the playbook and the grid apply them (experiment/variables.py):
         the first the config breaks among ``names``, or among all but data_root's (checked with the paths)."""
-        settings = {**dataclasses.asdict(self), "peers": self.expected_peers}
-        for field_name, problem in rule_problems(settings):
+        for field_name, problem in rule_problems(dataclasses.asdict(self)):
             if field_name in names or (not names and field_name != "data_root"):
                 raise ConfigError(problem, field_name, getattr(self, field_name))
 

@@ -332,13 +332,13 @@ def build_loaders(config: RunConfig) -> tuple[DataLoader, DataLoader]:
     )
     if config.strategy in DATA_PARALLEL_STRATEGIES:
         # each rank its own shard, reshuffled each pass (the loop restarts the iterator at a data epoch's end)
-        if len(train) // config.expected_peers < config.batch_size:
+        if len(train) // config.peers < config.batch_size:
             raise ConfigError(
-                f"a 1/{config.expected_peers} shard of {len(train)} training samples is less than a batch",
+                f"a 1/{config.peers} shard of {len(train)} training samples is less than a batch",
                 "batch_size",
                 config.batch_size,
             )
-        sampler = ShardSampler(train, config.expected_peers, config.rank, config.seed)
+        sampler = ShardSampler(train, config.peers, config.rank, config.seed)
         order: dict[str, Any] = {"sampler": sampler}
     else:
         order = {"shuffle": True, "generator": torch.Generator().manual_seed(data_order_seed(config))}

@@ -85,11 +85,10 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     "trainer_averaging_received_share": ("kind",),
     "trainer_averaging_bytes_total": ("direction",),
     "trainer_memory_bytes": ("kind",),
-    # the variables that define the run's setting and that the trainer knows (experiment/variables.py), and
-    # the peers it expects: runs with equal labels are repeats of one setting, as in the report
-    "trainer_run_info": (
-        *(name for name in SETTING_VARIABLES if name in _RUN_CONFIG_FIELDS and name not in BASE_LABELS),
-        "expected_peers",
+    # the variables that define the run's setting and that the trainer knows (experiment/variables.py), the
+    # peers among them: runs with equal labels are repeats of one setting, as in the report
+    "trainer_run_info": tuple(
+        name for name in SETTING_VARIABLES if name in _RUN_CONFIG_FIELDS and name not in BASE_LABELS
     ),
 }
 

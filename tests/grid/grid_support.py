@@ -111,7 +111,7 @@ def hivemind_pair(results_dir: Path, *, run_id: str, learning_rate: float, steps
         "1",
         "--target-batch-size",
         "64",
-        "--expected-peers",
+        "--peers",
         "2",
         "--listen",
         "/ip4/127.0.0.1/tcp/0",

@@ -106,7 +106,7 @@ def trainer_args(peer: str, port: int, results: Path) -> list[str]:
     return [
         str(TRAINER), "run", "--strategy", "hivemind", "--model", "smallcnn", "--dataset", "synthetic",
         "--batch-size", "16", "--max-steps", "50", "--target-batch-size", "128", "--matchmaking-time", "2",
-        "--averaging-timeout", "15", "--expected-peers", "2", "--start-timeout", "120", "--finish-grace", "5",
+        "--averaging-timeout", "15", "--peers", "2", "--start-timeout", "120", "--finish-grace", "5",
         "--vcpus", "1", "--run-id", RUN_ID, "--peer-id", peer, "--results-dir", str(results / peer),
         "--metrics-address", "127.0.0.1", "--metrics-port", str(port), "--listen", "/ip4/127.0.0.1/tcp/0",
     ]  # fmt: skip

@@ -37,7 +37,7 @@ def start_ranks(
         command = trainer_command(
             "run", "--strategy", strategy, "--model", "smallcnn", "--dataset", "synthetic",
             "--batch-size", "16", "--learning-rate", "0.05", "--vcpus", "1", "--metrics-port", "-1",
-            "--expected-peers", str(world), "--rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
+            "--peers", str(world), "--rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
             "--peer-id", f"peer-{rank + 1:02d}", "--results-dir", str(results), *extra,
         )  # fmt: skip
         log = (tmp_path / f"rank-{rank}.log").open("w")
@@ -154,9 +154,9 @@ def test_an_unreachable_rendezvous_is_one_clear_error(tmp_path):
 
 def test_bad_rank_is_refused_before_anything_starts(tmp_path):
     command = trainer_command(
-        "run", "--strategy", "zero", "--expected-peers", "2", "--rank", "2", "--dataset", "synthetic",
+        "run", "--strategy", "zero", "--peers", "2", "--rank", "2", "--dataset", "synthetic",
         "--results-dir", str(tmp_path / "r"),
     )  # fmt: skip
     done = subprocess.run(command, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "rank must be 0 .. expected_peers - 1 = 1 (rank=2)" in done.stderr
+    assert done.returncode == 2 and "rank must be 0 .. peers - 1 = 1 (rank=2)" in done.stderr
     assert not (tmp_path / "r" / "steps.csv").exists()

@@ -155,7 +155,7 @@ def test_a_killed_replica_is_dropped_then_restarted_and_healed(tmp_path, lightho
 
 def test_diloco_without_a_lighthouse_is_refused(tmp_path):
     command = trainer_command(
-        "run", "--strategy", "diloco", "--expected-peers", "2", "--dataset", "synthetic",
+        "run", "--strategy", "diloco", "--peers", "2", "--dataset", "synthetic",
         "--results-dir", str(tmp_path / "r"),
     )  # fmt: skip
     done = subprocess.run(command, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=60)

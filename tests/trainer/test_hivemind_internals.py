@@ -242,7 +242,7 @@ def dht():
 def test_barrier_times_out_naming_who_arrived(dht):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    alone = RunCoordinator(dht, "barrier-run", "solo", expected_peers=2, poll_interval=0.1)
+    alone = RunCoordinator(dht, "barrier-run", "solo", peers=2, poll_interval=0.1)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"1 of 2 expected peers arrived \(solo\)"):
         alone.wait_for_peers(1.0)
@@ -252,9 +252,9 @@ def test_barrier_times_out_naming_who_arrived(dht):
 def test_barrier_timeout_with_min_peers_starts_with_those_that_came(dht):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    first = RunCoordinator(dht, "min-run", "one", expected_peers=3, poll_interval=0.1)
+    first = RunCoordinator(dht, "min-run", "one", peers=3, poll_interval=0.1)
     first._store(first.barrier_key, {"peer": "one", "time": time.time()})
-    second = RunCoordinator(dht, "min-run", "two", expected_peers=3, poll_interval=0.1)
+    second = RunCoordinator(dht, "min-run", "two", peers=3, poll_interval=0.1)
     second.subkey = "two/other-peer"
     with pytest.raises(TimeoutError, match=r"2 of 3 expected peers arrived"):
         second.wait_for_peers(0.5, min_peers=3)  # not enough for min_peers: the run gives up as before
@@ -267,8 +267,8 @@ def test_a_min_peers_release_is_everyones(dht):
     """The first peer whose timeout passes with min_peers arrived starts the others still waiting with it."""
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    early = RunCoordinator(dht, "release-run", "early", expected_peers=3, poll_interval=0.1)
-    late = RunCoordinator(dht, "release-run", "late", expected_peers=3, poll_interval=0.1)
+    early = RunCoordinator(dht, "release-run", "early", peers=3, poll_interval=0.1)
+    late = RunCoordinator(dht, "release-run", "late", peers=3, poll_interval=0.1)
     late.subkey = "late/other-peer"
     late._store(late.barrier_key, {"peer": "late", "time": time.time()})
     assert early.wait_for_peers(0.5, min_peers=2) < 3.0 and early.started_with == 2
@@ -279,9 +279,9 @@ def test_a_min_peers_release_is_everyones(dht):
 def test_barrier_releases_when_enough_peers_announced(dht):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    first = RunCoordinator(dht, "pair-run", "one", expected_peers=2, poll_interval=0.1)
+    first = RunCoordinator(dht, "pair-run", "one", peers=2, poll_interval=0.1)
     first._store(first.barrier_key, {"peer": "one", "time": time.time()})
-    second = RunCoordinator(dht, "pair-run", "two", expected_peers=2, poll_interval=0.1)
+    second = RunCoordinator(dht, "pair-run", "two", peers=2, poll_interval=0.1)
     second.subkey = "two/other-peer"  # a second peer on the same DHT node
     assert second.wait_for_peers(5.0) < 2.0
     assert second.released_at is not None
@@ -290,8 +290,8 @@ def test_barrier_releases_when_enough_peers_announced(dht):
 def test_the_smallest_published_stop_epoch_wins(dht):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    early = RunCoordinator(dht, "stop-run", "early", expected_peers=2, poll_interval=0.05)
-    late = RunCoordinator(dht, "stop-run", "late", expected_peers=2, poll_interval=0.05)
+    early = RunCoordinator(dht, "stop-run", "early", peers=2, poll_interval=0.05)
+    late = RunCoordinator(dht, "stop-run", "late", peers=2, poll_interval=0.05)
     late.subkey = "late/other-peer"
     late.request_stop(9, "target_loss")
     early.request_stop(6, "max_steps")
@@ -304,12 +304,12 @@ def test_the_smallest_published_stop_epoch_wins(dht):
 def test_waiting_for_others_to_finish_is_bounded(dht):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    done = RunCoordinator(dht, "done-run", "a", expected_peers=2, poll_interval=0.05)
+    done = RunCoordinator(dht, "done-run", "a", peers=2, poll_interval=0.05)
     done.announce_done("max_steps", 4)
     waited, finished, expected = done.wait_for_others_done(1.0)
     assert (finished, expected) == (1, 2) and 1.0 <= waited < 3.0
     assert not done.others_done()  # its own announcement does not count
-    other = RunCoordinator(dht, "done-run", "b", expected_peers=2, poll_interval=0.05)
+    other = RunCoordinator(dht, "done-run", "b", peers=2, poll_interval=0.05)
     other.subkey = "b/other-peer"
     assert other.others_done()  # a's announcement is there
     other.announce_done("collective_finish", 4)
@@ -322,7 +322,7 @@ def test_the_synced_barrier_waits_for_every_tracker_and_is_bounded(dht, caplog):
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
     counts = {"value": False}
-    first = RunCoordinator(dht, "sync-run", "one", expected_peers=2, poll_interval=0.05)
+    first = RunCoordinator(dht, "sync-run", "one", peers=2, poll_interval=0.05)
     # its tracker never counts everyone: bounded, announced nothing, says whose tracker lags
     waited = first.wait_for_synced(lambda: counts["value"], 0.5)
     assert 0.5 <= waited < 2.0 and "ours does not count every peer" in caplog.text
@@ -331,7 +331,7 @@ def test_the_synced_barrier_waits_for_every_tracker_and_is_bounded(dht, caplog):
     counts["value"] = True
     waited = first.wait_for_synced(lambda: counts["value"], 0.5)
     assert 0.5 <= waited < 2.0 and "the others' trackers lag" in caplog.text
-    second = RunCoordinator(dht, "sync-run", "two", expected_peers=2, poll_interval=0.05)
+    second = RunCoordinator(dht, "sync-run", "two", peers=2, poll_interval=0.05)
     second.subkey = "two/other-peer"
     assert second.wait_for_synced(lambda: True, 5.0) < 1.0
     assert first.wait_for_synced(lambda: True, 5.0) < 1.0
@@ -485,17 +485,17 @@ def test_a_restarted_peer_counts_once_at_the_barrier_and_when_done(dht):
     finish count peers by name: its two incarnations are one peer (and the missing one is still missing)."""
     from trainer.strategies.hivemind.coordination import RunCoordinator
 
-    first = RunCoordinator(dht, "rejoin-run", "b", expected_peers=3, poll_interval=0.05)
+    first = RunCoordinator(dht, "rejoin-run", "b", peers=3, poll_interval=0.05)
     first.subkey = "b/killed-incarnation"
     first._store(first.barrier_key, {"peer": "b", "time": time.time()})
-    again = RunCoordinator(dht, "rejoin-run", "b", expected_peers=3, poll_interval=0.05)
-    a = RunCoordinator(dht, "rejoin-run", "a", expected_peers=3, poll_interval=0.05)
+    again = RunCoordinator(dht, "rejoin-run", "b", peers=3, poll_interval=0.05)
+    a = RunCoordinator(dht, "rejoin-run", "a", peers=3, poll_interval=0.05)
     a._store(a.barrier_key, {"peer": "a", "time": time.time()})
     with pytest.raises(TimeoutError, match="2 of 3 expected peers"):
         again.wait_for_peers(0.5)
     first.announce_done("max_steps", 3)
     a.announce_done("collective_finish", 3)
-    c = RunCoordinator(dht, "rejoin-run", "c", expected_peers=3, poll_interval=0.05)
+    c = RunCoordinator(dht, "rejoin-run", "c", peers=3, poll_interval=0.05)
     c.started_with = 3
     assert c.others_done()  # a and b (whichever incarnation) are done
     again.started_with = 3

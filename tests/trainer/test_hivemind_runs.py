@@ -162,7 +162,7 @@ def run_args(
         *COMMON,
         "--run-id",
         run_id,
-        "--expected-peers",
+        "--peers",
         str(expected),
         "--max-steps",
         str(max_steps),

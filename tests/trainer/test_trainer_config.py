@@ -46,7 +46,7 @@ def test_flags_map_onto_fields() -> None:
         "--initial-peers",
         PEER,
         PEER,
-        "--expected-peers",
+        "--peers",
         "2",
         "--target-loss",
         "0.5",
@@ -54,9 +54,7 @@ def test_flags_map_onto_fields() -> None:
         "1",
     )
     assert config.batch_size == 64 and config.learning_rate == 0.1 and config.target_batch_size == 256
-    assert (
-        config.local_updates is True and config.initial_peers == [PEER, PEER] and config.expected_peers == 2
-    )
+    assert config.local_updates is True and config.initial_peers == [PEER, PEER] and config.peers == 2
     assert config.target_loss == 0.5 and config.vcpus == 1
     assert parse("--no-local-updates").local_updates is False
 
@@ -78,7 +76,7 @@ BAD_INPUTS = [
     (["--model", "vgg"], "model=vgg"),
     (["--dataset", "imagenet"], "dataset=imagenet"),
     (["--strategy", "horovod"], "strategy=horovod"),
-    (["--strategy", "ddp", "--expected-peers", "2", "--rank", "2"], "rank=2"),
+    (["--strategy", "ddp", "--peers", "2", "--rank", "2"], "rank=2"),
     (["--strategy", "zero", "--rendezvous", "10.0.0.1"], "rendezvous=10.0.0.1"),
     (["--strategy", "fsdp", "--rendezvous", "10.0.0.1"], "rendezvous=10.0.0.1"),
     (
@@ -102,7 +100,7 @@ BAD_INPUTS = [
     (["--initial-peers", "127.0.0.1:31337"], "malformed multiaddr"),
     (["--initial-peers", "/ip4/300.1.1.1/tcp/1/p2p/QmXf"], "bad ip4 address"),
     (["--listen", "/ip4/0.0.0.0/tcp/99999"], "port out of range"),
-    (["--expected-peers", "0"], "expected_peers=0"),
+    (["--peers", "0"], "peers=0"),
     (["--average-state-every", "0"], "average_state_every=0"),
     (["--strategy", "hivemind", "--compression", "zip"], "unknown compression, choose from none, fp16"),
     (["--compression", "fp16"], "compression=fp16 needs strategy hivemind (got strategy=baseline)"),

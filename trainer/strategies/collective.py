@@ -2,7 +2,7 @@
 ``deepspeed``): the rendezvous that is the start barrier, timeouts, the collective stop, the rounds it
 reports and a clean exit.
 
-Rank 0 hosts the rendezvous (``--rendezvous HOST:PORT``, ``--rank``, ``--expected-peers`` is the world size);
+Rank 0 hosts the rendezvous (``--rendezvous HOST:PORT``, ``--rank``, ``--peers`` is the world size);
 the rendezvous is bounded by ``--start-timeout``, every collective after it by ``--averaging-timeout`` (in
 this peer's seconds, trainer/dilation.py): a rank that died makes the others fail their next collective
 within it (exit reason ``error``, results kept). There is no elastic restart.
@@ -147,7 +147,7 @@ class CollectiveStrategy:
 
     def setup(self, model: torch.nn.Module, config: RunConfig, on_round: RoundSink) -> None:
         self.model, self.config, self._on_round = model, config, on_round
-        self._details.update(rank=config.rank, world_size=config.expected_peers, rendezvous=config.rendezvous)
+        self._details.update(rank=config.rank, world_size=config.peers, rendezvous=config.rendezvous)
 
     def wait_for_start(self) -> float:
         """The rendezvous at rank 0 (the start barrier), then the same initial parameters on every rank and
@@ -167,19 +167,19 @@ class CollectiveStrategy:
                 "gloo",
                 init_method=f"tcp://{config.rendezvous}",
                 rank=config.rank,
-                world_size=config.expected_peers,
+                world_size=config.peers,
                 timeout=datetime.timedelta(seconds=config.start_timeout),
             )
         except (RuntimeError, ValueError) as exc:  # the store's connect timeout, refused rendezvous
             raise rendezvous_error(
                 config.rendezvous,
                 config.rank,
-                config.expected_peers,
+                config.peers,
                 config.start_timeout,
                 time.monotonic() - started,
                 str(exc),
             ) from exc
-        ranks = list(range(config.expected_peers))
+        ranks = list(range(config.peers))
         self.group = dist.new_group(ranks, timeout=self.collective_timeout())
         with torch.no_grad():
             for parameter in model.parameters():
@@ -187,9 +187,7 @@ class CollectiveStrategy:
         self._after_rendezvous()
         dist.barrier(group=self.group)
         waited = time.monotonic() - started
-        log.info(
-            "rendezvous complete: rank %d of %d after %.1f s", config.rank, config.expected_peers, waited
-        )
+        log.info("rendezvous complete: rank %d of %d after %.1f s", config.rank, config.peers, waited)
         return waited
 
     def collective_timeout(self) -> datetime.timedelta:
@@ -234,7 +232,7 @@ class CollectiveStrategy:
                 epoch=self._steps,
                 kind=kind,
                 outcome="ok",
-                group_size=self._config().expected_peers,
+                group_size=self._config().peers,
                 matchmaking_seconds=0.0,
                 allreduce_seconds=seconds,
                 blocking_seconds=seconds,

@@ -59,7 +59,7 @@ class DataParallelStrategy(CollectiveStrategy):
         started = time.perf_counter()
         dist.all_reduce(flat, group=self.group)
         allreduce = time.perf_counter() - started
-        flat[:-1] /= config.expected_peers
+        flat[:-1] /= config.peers
         offset = 0
         for parameter in parameters:
             size = parameter.numel()
@@ -77,7 +77,7 @@ class DataParallelStrategy(CollectiveStrategy):
         else:
             optimizer.step()
         self._steps += 1
-        return StepOutcome(averaging_seconds=allreduce + broadcast, peers=config.expected_peers)
+        return StepOutcome(averaging_seconds=allreduce + broadcast, peers=config.peers)
 
     def local_optimizer(self) -> Any:
         """The optimizer whose state this process holds (ZeRO: the one of its shard)."""

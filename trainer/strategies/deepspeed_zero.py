@@ -97,7 +97,7 @@ class DeepSpeedStrategy(CollectiveStrategy):
         # what DeepSpeed reads about the job; torch's process group already exists and is adopted
         os.environ.update(
             RANK=str(config.rank),
-            WORLD_SIZE=str(config.expected_peers),
+            WORLD_SIZE=str(config.peers),
             LOCAL_RANK="0",
             LOCAL_SIZE="1",
             MASTER_ADDR=host,
@@ -153,7 +153,7 @@ class DeepSpeedStrategy(CollectiveStrategy):
         in_compute = self._forward_seconds + self._backward_seconds
         return StepOutcome(
             averaging_seconds=in_compute + in_step + flag,
-            peers=self._config().expected_peers,
+            peers=self._config().peers,
             averaging_in_compute_seconds=in_compute,
         )
 

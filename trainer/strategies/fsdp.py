@@ -131,7 +131,7 @@ class FsdpStrategy(CollectiveStrategy):
         self._steps += 1
         return StepOutcome(
             averaging_seconds=in_compute + flag,
-            peers=self._config().expected_peers,
+            peers=self._config().peers,
             averaging_in_compute_seconds=in_compute,
         )
 

@@ -3,7 +3,7 @@
 Four run-scoped DHT keys, one subkey per peer (``<peer name>/<DHT peer id>``):
 
 - ``<run_id>_barrier``: a peer announces itself once it joined the DHT and holds the model state; every peer
-  waits until ``expected_peers`` announced (bounded by ``start_timeout``) before its first step;
+  waits until ``peers`` announced (bounded by ``start_timeout``) before its first step;
 - ``<run_id>_synced``: after its first step a peer announces itself once its progress tracker counts every
   expected peer, and waits until all did (bounded), so no peer runs ahead thinking it is alone;
 - ``<run_id>_stop``: the first peer whose own stop condition holds (max steps, target loss) publishes the
@@ -45,7 +45,7 @@ class RunCoordinator:
     :param dht: the peer's running ``hivemind.DHT``
     :param run_id: the run's id (the DHT key prefix shared with ``hivemind.Optimizer``)
     :param peer_name: this peer's name (``--peer-id``), used in messages
-    :param expected_peers: peers that must announce themselves before anyone starts
+    :param peers: peers that must announce themselves before anyone starts
     :param poll_interval: seconds between DHT reads while waiting
     :param stop_poll_interval: seconds between the background reads of the stop key while training
     """
@@ -56,7 +56,7 @@ class RunCoordinator:
         run_id: str,
         peer_name: str,
         *,
-        expected_peers: int,
+        peers: int,
         poll_interval: float = 0.2,
         stop_poll_interval: float = STOP_POLL_SECONDS,
     ):
@@ -64,7 +64,7 @@ class RunCoordinator:
         self.run_id = run_id
         self.peer_name = peer_name
         self.subkey = f"{peer_name}/{dht.peer_id.to_base58()}"
-        self.expected_peers = expected_peers
+        self.peers = peers
         self.poll_interval = poll_interval
         self.stop_poll_interval = stop_poll_interval
         self.barrier_key = f"{run_id}_barrier"
@@ -73,8 +73,8 @@ class RunCoordinator:
         self.synced_key = f"{run_id}_synced"
         self.release_key = f"{run_id}_release"  # a min_peers release, recorded by the peer that made it
         self.released_at: float | None = None  # Unix time the barrier let this peer go
-        #: peers the run started with: expected_peers, or fewer when min_peers let it start without some
-        self.started_with = expected_peers
+        #: peers the run started with: peers, or fewer when min_peers let it start without some
+        self.started_with = peers
         self._stop: StopRequest | None = None
         self._pending_stop_read: Any = None
         self._last_stop_read = 0.0
@@ -97,7 +97,7 @@ class RunCoordinator:
     # ------------------------------------------------------------------ start barrier
 
     def wait_for_peers(self, timeout: float, min_peers: int = 0) -> float:
-        """Announce this peer, wait until ``expected_peers`` did; return the seconds waited.
+        """Announce this peer, wait until ``peers`` did; return the seconds waited.
 
         When ``timeout`` passes first: with ``min_peers`` > 0 and at least that many arrived, they start
         without the others (``self.started_with`` says how many); else raises TimeoutError naming how many
@@ -116,7 +116,7 @@ class RunCoordinator:
                 self._store(self.barrier_key, {"peer": self.peer_name, "time": time.time()})
                 announced_at = now
             arrived = self._entries(self.barrier_key)
-            if len(_names(arrived)) >= self.expected_peers:  # a restarted peer's earlier entry counts once
+            if len(_names(arrived)) >= self.peers:  # a restarted peer's earlier entry counts once
                 break
             released_by = self._released_by_another() if min_peers > 0 else None
             if released_by is not None:
@@ -131,18 +131,18 @@ class RunCoordinator:
                 if 0 < min_peers <= len(names):
                     log.warning(
                         "start barrier timed out after %gs with %d of %d expected peers (%s): starting "
-                        "without the others (min_peers %d)", timeout, len(names), self.expected_peers,
+                        "without the others (min_peers %d)", timeout, len(names), self.peers,
                         ", ".join(names), min_peers,
                     )  # fmt: skip
                     self._store(self.release_key, {"peer": self.peer_name, "peers": names})
                     break
                 raise TimeoutError(
-                    f"start barrier timed out after {timeout:g}s: {len(names)} of {self.expected_peers} "
+                    f"start barrier timed out after {timeout:g}s: {len(names)} of {self.peers} "
                     f"expected peers arrived ({', '.join(names) or 'none'})"
                 )
             time.sleep(self.poll_interval)
         self.released_at = time.time()
-        self.started_with = min(len(_names(arrived)), self.expected_peers)
+        self.started_with = min(len(_names(arrived)), self.peers)
         waited = time.monotonic() - started
         log.info("start barrier released after %.2fs: %d peers arrived", waited, len(_names(arrived)))
         return waited

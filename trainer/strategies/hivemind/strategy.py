@@ -146,7 +146,7 @@ class HivemindStrategy:
             self.dht,
             config.run_id,
             config.resolved_peer_id,
-            expected_peers=config.expected_peers,
+            peers=config.peers,
             stop_poll_interval=dilation.seconds(STOP_POLL_SECONDS),
         )
         self._waits = {
@@ -331,7 +331,7 @@ class HivemindStrategy:
         if self._epoch_log:
             steps_per_epoch = max(1, self._epoch_log[-1]["steps"])
         else:
-            steps_per_epoch = max(1, config.target_batch_size // (config.batch_size * config.expected_peers))
+            steps_per_epoch = max(1, config.target_batch_size // (config.batch_size * config.peers))
         left_in_epoch = max(0, steps_per_epoch - (self._steps - self._epoch_started_step))
         return 1 + math.ceil(max(0, STOP_NOTICE_STEPS - left_in_epoch) / steps_per_epoch)
 
