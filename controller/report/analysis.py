@@ -55,6 +55,7 @@ from controller.report.network import (
 from controller.report.strategies import strategies_table, time_to_target_table
 from controller.report.targets import target_curves_table
 from controller.report.timeouts import timeouts_table
+from controller.report.tuning import best_learning_rate_table
 from experiment.results import ROUND_CAUSES
 
 
@@ -96,6 +97,7 @@ def analyse(
     analysis.tables["epoch_phases"] = epoch_phases_table(experiments)
     analysis.tables["averaging"] = averaging_table(analysis)
     analysis.tables["effects"] = effects_table(analysis, rows)
+    analysis.tables["best_learning_rate"] = best_learning_rate_table(analysis, rows)
     analysis.tables["strategies"] = strategies_table(analysis, rows)
     analysis.tables["memory"] = memory_table(analysis)
     analysis.tables["network"] = network_table(analysis, rows)

@@ -256,6 +256,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *(f"- {line}" for line in effect_verdicts(analysis.tables["effects"])),
         "",
         _section(analysis, "effects", heading=False),
+        _section(analysis, "best_learning_rate"),
         "## Shaped links: where averaging takes over",
         "",
         f"![network]({network.name})",

@@ -56,7 +56,7 @@ def samples_per_experiment(e: Experiment) -> int | None:
     return int(steps) * int(batch) * (1 if e.is_baseline else e.peer_count)
 
 
-def _effect_cell(e: Experiment, factor: str) -> tuple[tuple[str, Any], ...]:
+def effect_cell(e: Experiment, factor: str) -> tuple[tuple[str, Any], ...]:
     """The runs a factor's levels are compared within: equal in every other variable that defines a
     setting, the schedule aside (SCHEDULE_VARIABLES), and in the samples of the experiment."""
     ignored = (factor, *EFFECT_COVARIES.get(factor, ()), *SCHEDULE_VARIABLES)
@@ -97,7 +97,7 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
             if level is None and factor in REFERENCE_LEVELS:
                 level = "none"
             if level is not None:
-                cells[_effect_cell(e, factor)][level].append(e)
+                cells[effect_cell(e, factor)][level].append(e)
         matched = {level for levels in cells.values() if len(levels) > 1 for level in levels}
         for levels in cells.values():
             reference = REFERENCE_LEVELS.get(factor)

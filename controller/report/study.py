@@ -440,7 +440,36 @@ def noise_floor_table(edition: Edition, report: Path, labels: dict[str, dict[str
     )
 
 
+def best_learning_rate_table(edition: Edition, report: Path, labels: dict[str, dict[str, Any]]) -> str:
+    """Each strategy at the learning rate that suits it, against the baseline at its own (the report's
+    ``best_learning_rate.csv``: chosen from the same runs, so exploratory)."""
+    rows = read_csv(report / "best_learning_rate.csv")
+    for row in rows:
+        row["cell"] = short(labels[row["cell"]]).split(", LR")[0] if row["cell"] in labels else row["cell"]
+        row["interval"] = (
+            f"{number(row.get('ratio_ci_low'))}-{number(row.get('ratio_ci_high'))}"
+            if row.get("ratio")
+            else ""
+        )
+    return markdown(
+        [
+            ("setting", "cell"),
+            ("learning rates tried", "learning_rates"),
+            ("best", "best_learning_rate"),
+            ("chosen by", "chosen_by"),
+            ("runs", "runs"),
+            ("reached the loss", "reached"),
+            ("time to the loss, s", "time_to_target_seconds"),
+            ("against the baseline's best", "ratio"),
+            ("95 % interval", "interval"),
+            ("verdict", "verdict"),
+        ],
+        rows,
+    )
+
+
 TABLES: dict[str, Table] = {
+    "best_learning_rate": best_learning_rate_table,
     "headline": headline_table,
     "received": received_table,
     "noise_floor": noise_floor_table,

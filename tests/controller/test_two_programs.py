@@ -91,6 +91,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.reuse",
         "controller.failure",
         "controller.report.study",
+        "controller.report.tuning",
         "experiment.machine",
         "experiment.record",
         "experiment.variables",
