@@ -91,14 +91,16 @@ $(VENV)/.setup-done: requirements/dev.txt requirements/controller.txt pyproject.
 controller: $(VENV)/.controller-done
 
 $(VENV)/.controller-done: requirements/controller.txt pyproject.toml scripts/uv_pip_install.py
-	@for tool in rsync ssh python3; do command -v $$tool >/dev/null \
-	  || { echo "make controller: $$tool is missing (Debian: apt install rsync openssh-client python3-venv)"; exit 1; }; done
-	@python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' \
-	  || { echo "make controller: needs Python >= 3.11 with venv; python3 is $$(python3 -V 2>&1)"; exit 1; }
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet -r requirements/controller.txt
-	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet --no-deps -e .
+	@if [ -f $(VENV)/.setup-done ] && [ $(VENV)/.setup-done -nt requirements/controller.txt ]; then \
+	  touch $@; exit 0; fi; \
+	for tool in rsync ssh python3; do command -v $$tool >/dev/null \
+	  || { echo "make controller: $$tool is missing (Debian: apt install rsync openssh-client python3-venv)"; exit 1; }; done; \
+	python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "make controller: needs Python >= 3.11 with venv; python3 is $$(python3 -V 2>&1)"; exit 1; }; \
+	set -x; test -x $(PY) || python3 -m venv $(VENV); \
+	$(PY) -m pip install --quiet uv==$(UV_VERSION); \
+	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet -r requirements/controller.txt; \
+	$(PY) scripts/uv_pip_install.py --python $(PY) --quiet --no-deps -e .; \
 	touch $@
 
 image: apt venv
