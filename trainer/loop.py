@@ -33,8 +33,9 @@ class Pace:
     loop, as DieCast's; docs/time-dilation.md, "Held to the calibration").
 
     The container got ``1 + headroom`` times the CPU quota its plan needs (``quota`` cores), the plan assuming
-    its training thread trains ``rate`` samples per CPU second. A step without averaging in which the
-    container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the training thread's,
+    its training thread trains ``rate`` samples per CPU second. A step without averaging (or the part of it
+    outside the collectives a strategy runs apart from computing: DDP's and ZeRO's, their seconds and CPU
+    left out) in which the container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the training thread's,
     would have taken ``container_cpu x (samples / rate) / thread_cpu / planned quota`` at the planned speed
     and quota: the container's work scaled to the planned speed, what its other processes (a Hivemind peer's
     DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced steps (those
@@ -217,17 +218,24 @@ class TrainingLoop:
         finished, cpu = clock(), time.thread_time() - cpu_started
         # collectives inside forward/backward (FSDP, DeepSpeed) are averaging, not compute
         in_compute = outcome.averaging_in_compute_seconds
+        # collectives the strategy ran apart from computing (DDP, ZeRO) are left out of the step's CPU and of
+        # the time the pacing holds: the rest is what the calibration's rate is about
+        apart = outcome.averaging_thread_cpu_seconds is not None
+        if apart:
+            cpu = max(0.0, cpu - outcome.averaging_thread_cpu_seconds)
         target, paced = None, 0.0
         settled = self.step >= RECEIVED_WARMUP_STEPS  # the first steps' overrun (kernels built) not carried
         if (
             self.pace is not None
             and settled
-            and outcome.averaging_seconds == 0
+            and (outcome.averaging_seconds == 0 or apart)
             and container_started is not None
         ):
             container_cpu = (self.meter.usage_seconds() or container_started) - container_started
+            container_cpu -= outcome.averaging_process_cpu_seconds or 0.0
             target = self.pace.target(len(labels), cpu, container_cpu)
-            wait = self.pace.wait(target, finished - loaded) if target is not None else 0.0
+            took = finished - loaded - (outcome.averaging_seconds if apart else 0.0)
+            wait = self.pace.wait(target, took) if target is not None else 0.0
             if wait > 0:
                 time.sleep(wait)
                 paced = clock() - finished

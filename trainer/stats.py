@@ -63,7 +63,8 @@ class RunStats:
             self.components[name].append(getattr(record, name))
         if self.steps > RECEIVED_WARMUP_STEPS and record.cpu_seconds is not None:
             into = self._received_averaging if record.averaging_seconds > 0 else self._received
-            seconds = record.compute_seconds + record.optimizer_seconds
+            # the step's computing: its collectives (averaging) left out where it averaged
+            seconds = max(0.0, record.compute_seconds + record.optimizer_seconds - record.averaging_seconds)
             target = record.target_seconds or 0.0
             measured = (1, record.samples, seconds, record.cpu_seconds, target, record.paced_seconds)
             for index, value in enumerate(measured):
@@ -104,7 +105,8 @@ class RunStats:
     def compute_received(self) -> dict[str, Any] | None:
         """What this process's steps say of the compute it received (controller/received_compute.py judges):
         the samples, the seconds from the batch's arrival to the step's end (compute and optimizer, as the
-        calibration's synthetic batches) and the training thread's CPU seconds in them, over the steps after
+        calibration's synthetic batches; a step's averaging left out) and the training thread's CPU seconds in
+        them, over the steps after
         the warm-up without averaging, or all of them where every step averages (``every_step_averages``);
         a paced run's also the seconds its steps would have taken at the planned CPU speed and quota
         (``target_seconds``) and how long it waited to hold them (``paced_seconds``, inside ``seconds``);

@@ -31,6 +31,10 @@ class StepOutcome:
         step's forward and backward (FSDP's parameter all-gathers and gradient reduce-scatters, DeepSpeed's
         reductions); the loop moves it from the step's compute time to its optimizer time, so compute is
         computation only and the breakdown's parts still sum to the step
+    :param averaging_thread_cpu_seconds: the training thread's CPU seconds in the step's collectives, where
+        the strategy runs them apart from computing (DDP's and ZeRO's all-reduce and broadcast, between the
+        backward and the optimizer); None where they are not apart (Hivemind's rounds overlap the steps)
+    :param averaging_process_cpu_seconds: the same for the whole process, its communication threads too
     """
 
     averaging_seconds: float = 0.0
@@ -38,6 +42,8 @@ class StepOutcome:
     peers: int = 1
     collective_samples: int = 0
     averaging_in_compute_seconds: float = 0.0
+    averaging_thread_cpu_seconds: float | None = None
+    averaging_process_cpu_seconds: float | None = None
 
 
 class RoundSink(Protocol):

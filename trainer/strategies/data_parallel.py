@@ -56,9 +56,10 @@ class DataParallelStrategy(CollectiveStrategy):
         flat = torch.cat(
             [*(p.grad.reshape(-1) for p in parameters), torch.tensor([float(self._wants_stop())])]
         )
-        started = time.perf_counter()
+        started, thread_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
         dist.all_reduce(flat, group=self.group)
         allreduce = time.perf_counter() - started
+        thread_cpu, process_cpu = time.thread_time() - thread_cpu, time.process_time() - process_cpu
         flat[:-1] /= config.peers
         offset = 0
         for parameter in parameters:
@@ -70,14 +71,21 @@ class DataParallelStrategy(CollectiveStrategy):
         broadcast = 0.0
         if self.sharded:
             optimizer._local_step()
-            started = time.perf_counter()
+            started, thread_at, process_at = time.perf_counter(), time.thread_time(), time.process_time()
             optimizer._sync_params()
             broadcast = time.perf_counter() - started
+            thread_cpu += time.thread_time() - thread_at
+            process_cpu += time.process_time() - process_at
             self._report("parameters", broadcast)
         else:
             optimizer.step()
         self._steps += 1
-        return StepOutcome(averaging_seconds=allreduce + broadcast, peers=config.peers)
+        return StepOutcome(
+            averaging_seconds=allreduce + broadcast,
+            peers=config.peers,
+            averaging_thread_cpu_seconds=thread_cpu,
+            averaging_process_cpu_seconds=process_cpu,
+        )
 
     def local_optimizer(self) -> Any:
         """The optimizer whose state this process holds (ZeRO: the one of its shard)."""
