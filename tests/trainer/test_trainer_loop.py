@@ -181,3 +181,52 @@ def test_paced_steps_take_the_plans_time_and_the_validation_is_left_out_of_the_c
     assert first["step"] == 6 and first["eval_seconds"] > 0
     assert steps[6]["validation_seconds"] == pytest.approx(first["eval_seconds"])
     assert steps[5]["validation_seconds"] == 0.0
+
+
+class CollectiveApartStandIn(BaselineStrategy):
+    """Averages in every step as DDP does, apart from computing: a spin of ``collective`` seconds after the
+    backward, its seconds and CPU reported."""
+
+    def __init__(self, collective: float) -> None:
+        super().__init__()
+        self.collective = collective
+
+    def step(self, batch_size: int) -> StepOutcome:
+        import time
+
+        started, thread_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+        while time.perf_counter() - started < self.collective:
+            pass
+        seconds = time.perf_counter() - started
+        thread_cpu, process_cpu = time.thread_time() - thread_cpu, time.process_time() - process_cpu
+        super().step(batch_size)
+        return StepOutcome(
+            averaging_seconds=seconds,
+            peers=2,
+            averaging_thread_cpu_seconds=thread_cpu,
+            averaging_process_cpu_seconds=process_cpu,
+        )
+
+
+def test_steps_that_average_apart_from_computing_are_paced_outside_their_collectives(tmp_path) -> None:
+    """DDP's and ZeRO's steps all average, between the backward and the optimizer: the loop paces the rest
+    of each step to the plan and leaves the collective's seconds and CPU out of it and of cpu_seconds."""
+    from trainer.loop import Pace
+
+    loop, writer = make_loop(CollectiveApartStandIn(collective=0.03), tmp_path, max_steps=12)
+    loop.pace, loop.meter = Pace(rate=100.0, headroom=0.2, quota=0.6), _FakeMeter()
+    assert loop.run() == "max_steps"
+    writer.close()
+    settled = [row for row in read_steps(tmp_path) if row["step"] > 2]
+    plan = 8 / (100.0 * 0.5)
+    assert all(row["averaging_seconds"] >= 0.03 for row in settled)
+    assert all(row["target_seconds"] == pytest.approx(plan, rel=0.05) for row in settled)
+    assert sum(row["paced_seconds"] > 0 for row in settled) >= len(settled) - 2
+    computing = sum(
+        row["compute_seconds"] + row["optimizer_seconds"] - row["averaging_seconds"] for row in settled
+    )
+    assert plan * len(settled) * 0.98 <= computing <= plan * len(settled) * 1.25
+    # the spin's CPU is the collective's, not the step's: what is left is far below it
+    assert all(row["cpu_seconds"] < 0.03 for row in settled)
+    received = loop.stats.compute_received()
+    assert received["every_step_averages"] and 0.8 <= received["target_seconds"] / received["seconds"] <= 1.02
