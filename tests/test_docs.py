@@ -22,6 +22,9 @@ TOP_LEVEL = {path.name for path in REPO.iterdir() if path.is_dir() and not path.
 WRITTEN_BY_THE_USER = {
     "inventories/opennebula/hosts.yml": "make inventory writes it from Terraform's output",
     "inventories/opennebula/group_vars/peers/prices.yml": "a site's prices (docs/cost.md)",
+    "inventories/opennebula/group_vars/all/vault.yml": "the site's secrets (docs/real-vms.md, step 8)",
+    "infra/envs/example/terraform.tfvars": "the site's settings (docs/real-vms.md, step 4)",
+    "infra/envs/example/.terraform.lock.hcl": "the first terraform init writes it (docs/real-vms.md, step 5)",
 }
 #: what a page of development history says: a work period or a tracker entry by its number
 _PERIOD, _TICKET = "sess" + "ion", "iss" + "ue"
