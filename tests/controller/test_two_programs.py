@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("trainer", "controller", "experiment")
 #: what each package may import of the others
 ALLOWED = {"trainer": {"experiment"}, "controller": {"experiment"}, "experiment": set()}
-FILTER_PLUGINS = REPO / "playbooks" / "filter_plugins"
+FILTER_PLUGINS = REPO / "plugins" / "filter"
 ADAPTER_MAX_LINES = 40
 
 
@@ -90,6 +90,7 @@ def test_running_a_peer_loads_no_controller_code():
         "controller.report.plots",
         "controller.reuse",
         "controller.failure",
+        "controller.progress",
         "controller.report.study",
         "controller.report.tuning",
         "experiment.machine",

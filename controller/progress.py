@@ -1,4 +1,5 @@
-"""Filters that turn a trainer host's poll output into a state mapping and a one-line progress report."""
+"""A trainer host's poll output as a state mapping, a one-line progress report and what went wrong (the
+trainer_service role's filters, plugins/filter/trainer_progress.py)."""
 
 from __future__ import annotations
 
@@ -154,15 +155,3 @@ def testbed_join_multiaddr(address: str, multiaddrs: list[str], port: Any) -> st
         if sep and peer_id:
             return f"/ip4/{address}/tcp/{int(port)}/p2p/{peer_id}"
     return ""
-
-
-class FilterModule:
-    def filters(self) -> dict[str, Any]:
-        return {
-            "testbed_unit_state": testbed_unit_state,
-            "testbed_progress_line": testbed_progress_line,
-            "testbed_run_problem": testbed_run_problem,
-            "testbed_failed_hosts": testbed_failed_hosts,
-            "testbed_run_problems": testbed_run_problems,
-            "testbed_join_multiaddr": testbed_join_multiaddr,
-        }
