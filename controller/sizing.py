@@ -191,6 +191,36 @@ def _calibrated_compute(
     except CalibrationError as exc:
         errors.append(f"calibration: {exc}")
         return None, None
+    rates = _modelled_rates(settings, declared, calibration, warnings)
+    if rates is None or not inventory.get("local_rate_dir"):
+        return None, None
+    modelled, factors = rates
+    needed = _local_rate_probe(settings, len(declared), inventory, budget)
+    local = _local_rate(needed, settings, inventory, errors)
+    if local is None or "why" in local:
+        return None, local
+    compute = {
+        "calibration": calibration.describe(),
+        "calibration_file": calibration.path,
+        "model": settings["model"],
+        "batch_size": settings["batch_size"],
+        "local_one_thread_rate": local["rate"],
+        "local_rate_file": needed["file"],
+        "local_rate_measured_at": local["measured_at"],
+        "local_rate_dataset": needed["dataset"],
+        "headroom": COMPUTE_HEADROOM,
+        "local_rate_reused": local["reused"],
+        "modelled_rates": modelled,
+        "hivemind_compute_factors": factors,
+    }
+    return compute, None
+
+
+def _modelled_rates(
+    settings: dict[str, Any], declared: dict[str, int], calibration: Any, warnings: list[str]
+) -> tuple[dict[str, float], dict[str, float]] | None:
+    """Each host's modelled samples/s (its vCPUs' calibrated rate, a Hivemind peer's times the calibration's
+    factor for its own processes where it has one) and those factors; None, said, where a rate is missing."""
     model, batch_size = settings["model"], settings["batch_size"]
     modelled = {host: calibration.rate(model, batch_size, vcpus) for host, vcpus in declared.items()}
     missing = sorted({declared[host] for host, rate in modelled.items() if rate is None})
@@ -201,7 +231,7 @@ def _calibrated_compute(
             f"({calibration.describe()}): threads are modelled as if they scaled linearly "
             "(docs/compute-calibration.md)"
         )
-        return None, None
+        return None
     # a Hivemind peer computes beside its own processes: the calibration's factor where it has one
     factors: dict[str, float] = {}
     if settings["strategy"] == "hivemind":
@@ -210,57 +240,65 @@ def _calibrated_compute(
         }
         factors = {host: factor for host, factor in found.items() if factor is not None}
         modelled = {host: rate * factors.get(host, 1.0) for host, rate in modelled.items()}
-    directory = inventory.get("local_rate_dir")
-    if not directory:
-        return None, None
-    containers = len(declared)
-    # trained on the run's dataset where the controller holds it (the rate depends on the data), else on
-    # synthetic images
-    dataset, data_root = settings["dataset"], None
+    return modelled, factors
+
+
+def _local_rate_probe(
+    settings: dict[str, Any], containers: int, inventory: dict[str, Any], budget: float
+) -> dict[str, Any]:
+    """The probe of this machine's one-thread rate the run needs: its file, model, batch size, dataset (the
+    run's where the controller holds it: the rate depends on the data; else synthetic images), the share of a
+    core each of ``containers`` processes gets, and its steps (about 1280 samples a process)."""
+    model, batch_size, dataset, data_root = (
+        settings["model"],
+        settings["batch_size"],
+        settings["dataset"],
+        None,
+    )
     if dataset != "synthetic":
         held = Path(inventory.get("datasets_dir") or CONTROLLER_DATASETS) / dataset
         dataset, data_root = (dataset, str(held)) if held.is_dir() else ("synthetic", None)
     data = "" if dataset == "synthetic" else f"-{dataset}"
-    local_file = Path(directory) / f"{model}-bs{batch_size}-n{containers}{data}.json"
+    local_file = Path(inventory["local_rate_dir"]) / f"{model}-bs{batch_size}-n{containers}{data}.json"
     share = round(min(1.0, budget / containers), 3)
-    steps = max(10, 1280 // batch_size)  # about 1280 samples per process: past the first steps' warm-up
-    needed = {"model": model, "batch_size": batch_size, "file": str(local_file), "steps": steps}
+    needed = {
+        "model": model,
+        "batch_size": batch_size,
+        "file": str(local_file),
+        "steps": max(10, 1280 // batch_size),
+    }
     needed.update(share=f"{containers}:{share}", dataset=dataset, data_root=data_root)
+    return needed
+
+
+def _local_rate(
+    needed: dict[str, Any], settings: dict[str, Any], inventory: dict[str, Any], errors: list[str]
+) -> dict[str, Any] | None:
+    """The one-thread rate ``needed``'s file holds (``rate``, ``measured_at``, ``reused``), or ``needed``
+    with ``why`` it must be measured (missing, another machine's, too old), or None after an error."""
+    local_file = Path(needed["file"])
     if not local_file.exists():
-        return None, {**needed, "why": "not measured yet"}
+        return {**needed, "why": "not measured yet"}
     try:
         document = json.loads(local_file.read_text())
-        load_calibration(local_file).speedup(model, batch_size, 1)  # one clear error where it has no rate
+        # one clear error where it has no rate
+        load_calibration(local_file).speedup(needed["model"], needed["batch_size"], 1)
         row = document["rates"][0]
         one_thread = float(row.get("samples_per_core_second") or row["samples_per_second"])
     except (CalibrationError, KeyError, IndexError, TypeError, ValueError) as exc:
         errors.append(f"this machine's one-thread rate: {exc} (delete {local_file} to measure it again)")
-        return None, None
-    # measured on another machine, core count or torch: no longer this machine's rate
+        return None
+    # measured on another machine, core count or torch: not this machine's rate
     stale = changed(document.get("measured_on", {}), inventory.get("machine") or {})
     if stale:
-        return None, {**needed, "why": f"measured on another machine ({', '.join(stale)})"}
+        return {**needed, "why": f"measured on another machine ({', '.join(stale)})"}
     measured_at = (document.get("measured_on") or {}).get("measured_at")
     fresh = inventory.get("local_rate_fresh") in (True, "True", "true")
     if not fresh:
         why = _too_old(measured_at, inventory.get("now"), float(settings["local_rate_reuse_minutes"] or 0))
         if why:
-            return None, {**needed, "why": why}
-    compute = {
-        "calibration": calibration.describe(),
-        "calibration_file": calibration.path,
-        "model": model,
-        "batch_size": batch_size,
-        "local_one_thread_rate": one_thread,
-        "local_rate_file": str(local_file),
-        "local_rate_measured_at": measured_at,
-        "local_rate_dataset": dataset,
-        "headroom": COMPUTE_HEADROOM,
-        "local_rate_reused": not fresh,
-        "modelled_rates": modelled,
-        "hivemind_compute_factors": factors,
-    }
-    return compute, None
+            return {**needed, "why": why}
+    return {"rate": one_thread, "measured_at": measured_at, "reused": not fresh}
 
 
 def _too_old(measured_at: str | None, now: str | None, reuse_minutes: float) -> str | None:

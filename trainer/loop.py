@@ -34,15 +34,15 @@ class Pace:
 
     The container got ``1 + headroom`` times the CPU quota its plan needs (``quota`` cores), the plan assuming
     its training thread trains ``rate`` samples per CPU second. A step without averaging (or the part of it
-    outside the collectives a strategy runs apart from computing: DDP's and ZeRO's, their seconds and CPU
-    left out) in which the container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the training thread's,
-    would have taken ``container_cpu x (samples / rate) / thread_cpu / planned quota`` at the planned speed
-    and quota: the container's work scaled to the planned speed, what its other processes (a Hivemind peer's
-    DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced steps (those
-    after the first ``RECEIVED_WARMUP_STEPS``, whose overrun building kernels is not carried) have taken the
-    time their targets add up to; a step that ran over is made up by the next ones' shorter waits, at most
-    ``MAX_BEHIND`` planned seconds of them (a longer slowdown is not made up, and the run's received compute
-    shows it).
+    outside the collectives a strategy runs apart from computing: DDP's and ZeRO's, their seconds and CPU left
+    out) in which the container's processes used ``container_cpu`` CPU seconds, ``thread_cpu`` of them the
+    training thread's, would have taken ``container_cpu x (samples / rate) / thread_cpu / planned quota`` at
+    the planned speed and quota: the container's work scaled to the planned speed, what its other processes (a
+    Hivemind peer's DHT, p2pd and averagers) took of it kept as it was. The loop sleeps until the run's paced
+    steps (those after the first ``RECEIVED_WARMUP_STEPS``, whose overrun building kernels is not carried)
+    have taken the time their targets add up to; a step that ran over is made up by the next ones' shorter
+    waits, at most ``MAX_BEHIND`` planned seconds of them (a longer slowdown is not made up, and the run's
+    received compute shows it).
 
     >>> pace = Pace(rate=400.0, headroom=0.15, quota=1.0)  # a plan of 1 / 1.15 = 0.87 of one core
     >>> round(pace.target(samples=32, thread_cpu=0.0696, container_cpu=0.0696), 3)

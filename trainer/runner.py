@@ -141,7 +141,10 @@ class RunSession:
         append_rejoin(self.config.results_dir, self.rejoin)
 
     def execute(self) -> int:
-        """Strategy setup, start barrier, training, finish and summary; returns the exit code."""
+        """Strategy setup, start barrier, training, finish and summary; returns the exit code.
+
+        One function on purpose: the run's phases in order, with one ``try`` whose ``finally`` writes the
+        summary and frees the strategy whatever phase failed."""
         config = self.config
         strategy = get_strategy(config.strategy)
         exit_reason, exit_code = "error", EXIT_CRASH

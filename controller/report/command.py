@@ -133,7 +133,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
-    """Write every CSV and PNG and report.md into `out`; return report.md's path."""
+    """Write every CSV and PNG and report.md into `out`; return report.md's path.
+
+    Longer than the project's other functions on purpose: report.md's sections in the order the page shows
+    them, each a few lines, read top to bottom as the page reads."""
     from controller.report import plots as report_plots
 
     for table in analysis.tables.values():

@@ -58,6 +58,8 @@ def instrumented_optimizer_class() -> type:
 
 
 def _define_optimizer_class() -> type:
+    """The subclass, defined in a function so that hivemind is imported only by a Hivemind peer (seconds;
+    ``trainer dht`` and the other strategies never pay them): its length is the class's, method by method."""
     import concurrent.futures
 
     import hivemind
