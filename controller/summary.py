@@ -154,14 +154,25 @@ def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[s
     'speed of equal peers (2 vCPUs): 8.00-16.00 measured samples/s, '
     >>> speed["lines"][0][63:]
     '50% apart (limit 10%); slower: peer-03 (behind 1)'
+    >>> def timed(peer, rate, compute):
+    ...     summary = {"samples_per_second": rate, "samples": 320, "components": {"compute_seconds":
+    ...                {"total": compute}}}
+    ...     return {"peer": peer, "summary": summary}
+    >>> speed = testbed_speed_fairness([timed("peer-01", 16.0, 8.0), timed("peer-02", 8.0, 8.2)], plan)
+    >>> speed["groups"]["2"]["compute_spread"], speed["lines"][0].split("; ")[-1]
+    (0.0244, 'computing 2% apart (the rest is time waiting for averaging)')
     """
     rates: dict[str, dict[str, float]] = {}
+    computing: dict[str, dict[str, float]] = {}
     causes: dict[str, str] = {}
     for entry in entries:
         peer, summary = entry["peer"], entry.get("summary") or {}
         if peer not in plan or summary.get("samples_per_second") is None:
             continue
         rates.setdefault(str(plan[peer]["vcpus"]), {})[peer] = float(summary["samples_per_second"])
+        compute = ((summary.get("components") or {}).get("compute_seconds") or {}).get("total")
+        if compute and summary.get("samples"):
+            computing.setdefault(str(plan[peer]["vcpus"]), {})[peer] = float(summary["samples"]) / compute
         by_cause = summary.get("rounds_failed_by_cause") or {}
         causes[peer] = ", ".join(f"{cause} {n}" for cause, n in sorted(by_cause.items())) or "no failed round"
     document: dict[str, Any] = {"limit": FAIR_SPEED_SPREAD, "groups": {}, "lines": []}
@@ -178,6 +189,14 @@ def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[s
             "within_limit": spread <= FAIR_SPEED_SPREAD,
             "slow": slow,
         }
+        # the same peers' samples per second of computing: the testbed's share of the spread (the rest is
+        # the collaboration's: time waiting for averaging)
+        group_computing = computing.get(vcpus) or {}
+        if len(group_computing) == len(group_rates):
+            document["groups"][vcpus]["compute_samples_per_second"] = {
+                peer: round(rate, 3) for peer, rate in group_computing.items()
+            }
+            document["groups"][vcpus]["compute_spread"] = _spread(group_computing)
         line = (
             f"speed of equal peers ({vcpus} vCPUs): {min(group_rates.values()):.2f}-{fastest:.2f} measured "
             "samples/s, "
@@ -185,6 +204,11 @@ def testbed_speed_fairness(entries: list[dict[str, Any]], plan: dict[str, dict[s
         )
         if slow:
             line += "; slower: " + ", ".join(f"{peer} ({why})" for peer, why in slow.items())
+        if "compute_spread" in document["groups"][vcpus]:
+            line += (
+                f"; computing {document['groups'][vcpus]['compute_spread']:.0%} apart (the rest is time "
+                "waiting for averaging)"
+            )
         document["lines"].append(line)
     return document
 
