@@ -393,8 +393,7 @@ def _requires(package: str) -> bool:
 def _lighthouse_host(
     settings: dict[str, Any], inventory: dict[str, Any], invalid: set[str], errors: list[str]
 ) -> str | None:
-    """The host of torchft's Lighthouse (the first monitor host) for a DiLoCo run; DiLoCo's settings are
-    refused with any other strategy.
+    """The host of torchft's Lighthouse (the first monitor host) for a DiLoCo run.
 
     >>> inv = {"monitors": ["monitor"]}
     >>> errors = []
@@ -405,12 +404,8 @@ def _lighthouse_host(
     ['outer_momentum must be below 1 (got 1)', \
 "strategy=diloco needs torchft's Lighthouse on a host in group monitor, and the inventory has none"]
     """
-    strategy = settings["strategy"]
-    if strategy != "diloco":
-        for name in DILOCO_FIELDS:
-            if settings.get(name) is not None:
-                errors.append(f"{name} needs strategy diloco (got strategy={strategy})")
-        return None
+    if settings["strategy"] != "diloco":
+        return None  # DiLoCo's settings with another strategy: a rule between variables (rule_problems)
     momentum = settings.get("outer_momentum")
     if momentum is not None and momentum >= 1:
         errors.append(f"outer_momentum must be below 1 (got {momentum:g})")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from experiment.variables import PLAYBOOK_VARS
+from experiment.variables import BY_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 RUNBOOK = REPO / "docs" / "real-vms.md"
@@ -42,7 +42,7 @@ CREATED_BY_THE_STEPS = {
 
 def steps() -> list[tuple[int, str, str]]:
     """(number, title, text) of each numbered section."""
-    found = re.findall(r"^## (\d+)\. (.+)\n(.*?)(?=^## |\Z)", RUNBOOK.read_text(), re.S | re.M)
+    found = re.findall(r"^## (\d+)\. ([^\n]+)\n(.*?)(?=^## |\Z)", RUNBOOK.read_text(), re.S | re.M)
     return [(int(number), title, text) for number, title, text in found]
 
 
@@ -72,7 +72,7 @@ def argv_of(line: str) -> list[str]:
 
 def known_variables() -> set[str]:
     """The experiment's variables, every role's defaults and argument specs, the inventories' group vars."""
-    names = set(PLAYBOOK_VARS)
+    names = set(BY_NAME)
     for defaults in REPO.glob("roles/*/defaults/main.yml"):
         names |= set(yaml.safe_load(defaults.read_text()) or {})
     for specs in REPO.glob("roles/*/meta/argument_specs.yml"):

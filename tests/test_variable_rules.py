@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controller import plan
 from controller.grid.spec import GridError, load_grid
-from controller.plan import testbed_experiment
 from experiment.variables import DATA_PARALLEL_STRATEGIES, STRATEGIES, TRAINER_ROLES, rule_problems
 from trainer.cli import build_parser
 from trainer.config import ConfigError, config_from_namespace
@@ -107,7 +107,7 @@ def test_the_playbooks_plan_refuses_it(case):
         "monitors": ["monitor"],
     }
     raw = {key: str(value) for key, value in {"model": "smallcnn", **settings}.items()}
-    errors = testbed_experiment(raw, inventory)["errors"]
+    errors = plan.testbed_experiment(raw, inventory)["errors"]
     assert any(words in error for error in errors), errors
 
 

@@ -111,13 +111,12 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_setting_reaches_the_module_or_is_refused(reattached_terraform, tmp_path, case):
     setting, message = CASES[case]
-    directory = tmp_path / "example"
     shutil.copytree(
-        EXAMPLE, directory, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*", "*.tfvars")
+        INFRA,
+        tmp_path / "infra",
+        ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*", "*.tfvars", "tests", "__pycache__", "testing"),
     )
-    shutil.copytree(MODULE, tmp_path / "cluster", ignore=shutil.ignore_patterns(".terraform*", "tests"))
-    main = directory / "main.tf"
-    main.write_text(main.read_text().replace('"../../modules/cluster"', '"../cluster"'))
+    directory = tmp_path / "infra" / "envs" / "example"
     (directory / "tests").mkdir()
     (directory / "tests" / "case.tftest.hcl").write_text(
         f'mock_provider "opennebula" {{\n  mock_resource "opennebula_security_group" {{\n'

@@ -194,17 +194,17 @@ class CollectiveApartStandIn(BaselineStrategy):
     def step(self, batch_size: int) -> StepOutcome:
         import time
 
-        started, thread_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+        started, thread_cpu = time.perf_counter(), time.thread_time()
         while time.perf_counter() - started < self.collective:
             pass
-        seconds = time.perf_counter() - started
-        thread_cpu, process_cpu = time.thread_time() - thread_cpu, time.process_time() - process_cpu
+        seconds, thread_cpu = time.perf_counter() - started, time.thread_time() - thread_cpu
         super().step(batch_size)
+        # the spin is this thread's alone: the process's CPU in it is the thread's (as the meter below counts)
         return StepOutcome(
             averaging_seconds=seconds,
             peers=2,
             averaging_thread_cpu_seconds=thread_cpu,
-            averaging_process_cpu_seconds=process_cpu,
+            averaging_process_cpu_seconds=thread_cpu,
         )
 
 
@@ -220,12 +220,13 @@ def test_steps_that_average_apart_from_computing_are_paced_outside_their_collect
     settled = [row for row in read_steps(tmp_path) if row["step"] > 2]
     plan = 8 / (100.0 * 0.5)
     assert all(row["averaging_seconds"] >= 0.03 for row in settled)
-    assert all(row["target_seconds"] == pytest.approx(plan, rel=0.05) for row in settled)
+    targets = [row["target_seconds"] for row in settled]
+    assert all(target == pytest.approx(plan, rel=0.05) for target in targets)
     assert sum(row["paced_seconds"] > 0 for row in settled) >= len(settled) - 2
     computing = sum(
         row["compute_seconds"] + row["optimizer_seconds"] - row["averaging_seconds"] for row in settled
     )
-    assert plan * len(settled) * 0.98 <= computing <= plan * len(settled) * 1.25
+    assert plan * len(settled) * 0.98 <= computing <= sum(targets) * 1.25
     # the spin's CPU is the collective's, not the step's: what is left is far below it
     assert all(row["cpu_seconds"] < 0.03 for row in settled)
     received = loop.stats.compute_received()
