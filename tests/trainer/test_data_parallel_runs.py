@@ -85,10 +85,11 @@ def test_two_ranks_train_the_same_model(tmp_path, strategy, extra):
         kinds = {"gradients"} | ({"parameters"} if strategy != "ddp" else set())
         assert {row["kind"] for row in rounds} == kinds
         assert len(rounds) == 40 * len(kinds) and all(row["outcome"] == "ok" for row in rounds)
-        # the breakdown's averaging time is the all-reduce (and broadcast) the rounds record
-        assert sum(r["averaging_seconds"] for r in steps) == pytest.approx(
-            sum(r["allreduce_seconds"] for r in rounds), rel=1e-6
-        )
+        # the breakdown's averaging time is the all-reduce (and broadcast) the rounds record, and the
+        # gradients' packing into one buffer and back around it
+        averaging = sum(r["averaging_seconds"] for r in steps)
+        allreduce = sum(r["allreduce_seconds"] for r in rounds)
+        assert 0 < allreduce <= averaging * (1 + 1e-6), (averaging, allreduce)
 
 
 @pytest.mark.timeout(300)
