@@ -340,8 +340,9 @@ class GridRunner:
     def _run_one(self, run: Run, stop: _StopRequest) -> str:
         record = self.status.runs[run.experiment_id]
         extravars = {**run.extravars(), "results_root": str(self.results_dir)}
-        if (self.results_dir / run.experiment_id).exists():
-            # partial results of an earlier attempt: the experiment is redone as a whole
+        if (self.results_dir / run.experiment_id).exists() or record.set_aside:
+            # partial results of an earlier attempt, or a run set aside: the experiment is redone as a whole
+            # (the hosts keep the set-aside run's results, which they would otherwise hand back again)
             extravars["force"] = True
         ident = f"{run.experiment_id}-{time.strftime('%Y%m%dT%H%M%S')}-{record.attempts + 1}"
         began, wall = self.clock(), time.time()

@@ -79,7 +79,12 @@ def test_a_run_whose_compute_strays_from_the_calibration_is_set_aside_and_run_ag
         *grid_args(tmp_path, grid=grid), env={**stand_in_env, "GRID_STAND_IN_STRAY": f"{strays}:1"}
     )
     assert first.returncode == 0, first.stdout + first.stderr
-    assert calls(tmp_path) == [f"experiment {strays} force=False"] * 2 + [f"experiment {steady} force=False"]
+    # the rerun is forced: the hosts still hold the set-aside run's results, which they would hand back again
+    assert calls(tmp_path) == [
+        f"experiment {strays} force=False",
+        f"experiment {strays} force=True",
+        f"experiment {steady} force=False",
+    ]
     record = status(tmp_path)[strays]
     assert record["status"] == "complete" and record["message"] == "" and record["attempts"] == 2
     (aside,) = record["set_aside"]
