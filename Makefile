@@ -104,7 +104,7 @@ $(VENV)/.controller-done: requirements/controller.txt pyproject.toml scripts/uv_
 	touch $@
 
 image: apt venv
-	scripts/build-image.sh all
+	images/build.sh all
 
 demo: setup
 	ansible-playbook playbooks/experiment.yml $(DEMO_VARS)
@@ -113,7 +113,7 @@ lint: venv
 	ruff check .
 	ruff format --check .
 	yamllint --strict .
-	ansible-lint --profile production roles/ playbooks/ inventories/
+	ansible-lint --profile production roles/ playbooks/ inventories/ images/node-dependencies.yml
 	if ! command -v terraform >/dev/null; then echo "lint: terraform is not on PATH: terraform fmt skipped"; \
 	elif [ -d infra ]; then terraform fmt -check -recursive infra; fi
 
@@ -142,7 +142,7 @@ pytest: setup
 # `make image` does (nothing to do when they are current).
 MOLECULE_BASE_PASS := pytest -m "molecule and base_image" tests/roles/test_molecule.py
 MOLECULE_NODE_PASS := pytest -m "molecule and not (base_image or extended)" tests/roles/test_molecule.py
-MOLECULE_PASS := scripts/build-image.sh node && $(MOLECULE_NODE_PASS)
+MOLECULE_PASS := images/build.sh node && $(MOLECULE_NODE_PASS)
 # The rest of the serial pass: first the tests that time things or run real peers on this host, alone; then
 # two lanes at once: the tests on the shared local cluster (marker local_cluster, set by tests/conftest.py),
 # and beside them the real cluster's path on its stand-in VMs (marker stand_in_vms) and the tests on real peers
@@ -163,14 +163,17 @@ E2E_LANES := second_log=$$(mktemp); \
 	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
 	[ $$lane = 0 ] && exit $$second; exit $$lane
 LINT_BESIDE := chrt --idle 0 $(MAKE) --no-print-directory lint
+# Every pass of one `make test` records its chance observations under one session (tests/conftest.py), in
+# test-results/observations/ (`python tests/observations.py` summarises the last sessions).
 # The wheelhouse the stand-in VMs' test installs from (`make wheelhouse`, the role's defaults: the one its first
 # run would build) is built beside the parallel pass, mostly a download, and is there when the lanes begin.
 test: terraform-check apt cgroups venv infra-setup
+	export TESTBED_TEST_SESSION=$${TESTBED_TEST_SESSION:-$$(date -u +%Y%m%dT%H%M%SZ)}; \
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); base_log=$$(mktemp); wheelhouse_log=$$(mktemp); \
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
 	$(MAKE) --no-print-directory wheelhouse > "$$wheelhouse_log" 2>&1 & wheelhouse=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
-	( scripts/build-image.sh base && $(MOLECULE_BASE_PASS) ) > "$$base_log" 2>&1 & base=$$!; \
+	( images/build.sh base && $(MOLECULE_BASE_PASS) ) > "$$base_log" 2>&1 & base=$$!; \
 	wait $$molecule || { status=$$?; echo "the image build or the node image's Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
 	wait $$base || { status=$$?; echo "the base image's Molecule scenarios failed:"; }; \
@@ -186,7 +189,7 @@ test: terraform-check apt cgroups venv infra-setup
 
 # The images (as `make image`) and every Molecule scenario.
 molecule: apt cgroups venv
-	scripts/build-image.sh all && pytest -m molecule tests/roles/test_molecule.py
+	images/build.sh all && pytest -m molecule tests/roles/test_molecule.py
 
 # What `make test` leaves out for its cost (marker extended: benchmarks' runs at CI size, DiLoCo under churn on
 # the local cluster, the test Ceph's Molecule scenario), one at a time; with `make test`, every test.

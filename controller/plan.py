@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from controller.sizing import COMPUTE_HEADROOM, Sizing, host_plans, size_run
+from controller.sizing import Sizing, host_plans, size_run
 from experiment.machine import this_machine
 from experiment.variables import (
     COMPRESSION_PACKAGES,
@@ -351,7 +351,7 @@ def trainer_settings(
     given["time_dilation"] = dilation
     if compute:  # each step paced to the plan's CPU speed, the quota's headroom beside it (trainer/loop.py)
         given["hold_rate"] = compute["local_one_thread_rate"]
-        given["hold_headroom"] = COMPUTE_HEADROOM
+        given["hold_headroom"] = compute["headroom"]
     if settings["data_root"]:
         given["data_root"] = settings["data_root"]
     if settings["strategy"] == "hivemind":

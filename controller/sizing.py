@@ -33,6 +33,20 @@ CONTROLLER_DATASETS = Path("/usr/share/datasets")
 # this machine's CPU runs slower for a while (docs/time-dilation.md, "Held to the calibration": a ResNet18
 # step's rate wanders by about 10 % over tens of seconds here).
 COMPUTE_HEADROOM = 0.15
+# The same for a strategy whose collectives run in every step beside its training thread, in its container
+# (DDP's and ZeRO's all-reduce, between the steps' compute): their threads spend the container's quota, and at
+# 15 % a DDP rank's paced steps took 1.03-1.06x their plan (received 0.94-0.97; docs/time-dilation.md).
+COLLECTIVE_HEADROOM = 0.30
+COLLECTIVE_EVERY_STEP = ("ddp", "zero")
+
+
+def compute_headroom(strategy: str) -> float:
+    """The quota above its plan a calibrated container of ``strategy`` gets, for the pacing.
+
+    >>> compute_headroom("hivemind"), compute_headroom("ddp")
+    (0.15, 0.3)
+    """
+    return COLLECTIVE_HEADROOM if strategy in COLLECTIVE_EVERY_STEP else COMPUTE_HEADROOM
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ def host_plans(
         if compute:  # one thread at the share of a core that gives the calibrated rate / D
             modelled = compute["modelled_rates"][host]
             local_rate = modelled / dilation
-            cpus_limit = round((1 + COMPUTE_HEADROOM) * local_rate / compute["local_one_thread_rate"], 3)
+            cpus_limit = round((1 + compute["headroom"]) * local_rate / compute["local_one_thread_rate"], 3)
             threads = 1
             rates = {
                 "modelled_samples_per_second": modelled,
@@ -208,7 +222,7 @@ def _calibrated_compute(
         "local_rate_file": needed["file"],
         "local_rate_measured_at": local["measured_at"],
         "local_rate_dataset": needed["dataset"],
-        "headroom": COMPUTE_HEADROOM,
+        "headroom": compute_headroom(settings["strategy"]),
         "local_rate_reused": local["reused"],
         "modelled_rates": modelled,
         "hivemind_compute_factors": factors,
@@ -334,8 +348,8 @@ def _calibrated_dilation(
     given: str | float, compute: dict[str, Any], budget: float, errors: list[str]
 ) -> float:
     """D of a calibrated run: each container runs one thread at the share of a core that makes it train at
-    its modelled rate / D, with COMPUTE_HEADROOM more for the pacing, so every share must be at most one core
-    and all must fit the budget; auto takes the smallest such D (at least 1).
+    its modelled rate / D, with the compute's headroom more for the pacing (``compute_headroom``), so every
+    share must be at most one core and all must fit the budget; auto takes the smallest such D (at least 1).
 
     >>> compute = {"modelled_rates": {"a": 246.0, "b": 246.0}, "local_one_thread_rate": 100.0}
     >>> round(_calibrated_dilation("auto", compute, 1.75, []), 3)  # two 2-vCPU VMs: 1.15 x 492 / 175
@@ -347,14 +361,14 @@ def _calibrated_dilation(
     """
     rates = list(compute["modelled_rates"].values())
     one_thread = compute["local_one_thread_rate"]
-    room = 1 + COMPUTE_HEADROOM
+    room = 1 + compute.get("headroom", COMPUTE_HEADROOM)
     smallest = max(1.0, room * max(rates) / one_thread, room * sum(rates) / (budget * one_thread))
     if given == "auto":
         return smallest
     if given < smallest * (1 - 1e-9):
         errors.append(
             f"time_dilation={given:g} would ask this machine for more than it has: each container runs one "
-            f"thread at its modelled rate / D with {COMPUTE_HEADROOM:.0%} headroom ({one_thread:g} samples/s "
+            f"thread at its modelled rate / D with {room - 1:.0%} headroom ({one_thread:g} samples/s "
             f"here at one thread, the {budget:g} cores of the budget): use a factor >= {smallest:.2f} "
             "(or auto)"
         )

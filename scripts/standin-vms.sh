@@ -102,7 +102,7 @@ EOF
 up() {
   local peers=${1:?usage: standin-vms.sh up PEERS [DIR]} dir=${2:-.cache/standin-vms}
   [[ $peers =~ ^[1-9][0-9]?$ ]] || { log "PEERS must be 1-99, not '$peers'"; exit 2; }
-  podman image exists "$base_image" || scripts/build-image.sh base
+  podman image exists "$base_image" || images/build.sh base
   mkdir -p "$dir"
   [ -f "$dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C testbed-standin -f "$dir/id_ed25519"
   local key

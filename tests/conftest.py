@@ -5,10 +5,10 @@ cores. Such a test asserts what the testbed guarantees (results complete and par
 with a cause, the barrier released everyone, faults recorded, nothing left running). What depends on
 Hivemind's chance on an overloaded host (how many rounds formed, a partial reply, equal speed, equal CPU under
 load) goes through the ``chance`` fixture instead: recorded and printed at the end of the run, never failing
-it, and kept: each observation is appended to ``TESTBED_OBSERVATIONS`` (default
-``~/.cache/testbed/test-observations.jsonl``, one JSON object a line: the session, the time, the test, what,
-whether it held, the detail), and the end of the run says how often each held over every session kept there,
-so that one that holds less often over time is seen.
+it, and kept: each observation is appended to its session's file under ``test-results/observations/``
+(tests/observations.py; one session per `make test`, whose passes share ``TESTBED_TEST_SESSION``), and the end
+of the run says how often each held over the last sessions kept there, so that one that holds less often over
+time is seen (``python tests/observations.py`` says the same).
 
 A cluster test that still fails by chance is rerun once (pytest-rerunfailures); unit and Molecule tests never
 are. The end of the run lists every rerun with its first failure, so a flake is counted, never hidden.
@@ -19,46 +19,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 
 import pytest
 import shared_cluster
+from observations import Observation, history_lines, last_sessions, observations_dir, read, session_file
 
 pytest_plugins = ["pytester"]
 
 CLUSTER_RERUNS = 1
 #: the session every process of a run (pytest-xdist's workers too) writes its observations under
 SESSION_VARIABLE = "TESTBED_TEST_SESSION"
-
-
-def observations_file() -> Path:
-    """Where chance's observations are kept across runs."""
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "testbed"
-    return Path(os.environ.get("TESTBED_OBSERVATIONS") or default / "test-observations.jsonl")
-
-
-@dataclass(frozen=True)
-class Observation:
-    test: str
-    what: str
-    held: bool
-    detail: str
-    session: str = ""
-    at: str = ""
-
-
-def kept_observations(path: Path) -> list[Observation]:
-    """Every observation kept in ``path`` (a line that is not one is skipped: a run killed mid-write)."""
-    if not path.exists():
-        return []
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            kept.append(Observation(**json.loads(line)))
-        except (ValueError, TypeError):
-            continue
-    return kept
 
 
 class Chance:
@@ -75,7 +46,7 @@ class Chance:
             self._test, what, bool(held), str(detail)[:400], os.environ.get(SESSION_VARIABLE, ""), at
         )
         self._sink.append(observation)
-        path = observations_file()
+        path = session_file(observation.session or "unnamed")
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as kept:  # one short line: appends from workers do not mix
             kept.write(json.dumps(asdict(observation)) + "\n")
@@ -112,22 +83,22 @@ class ClusterGate:
             write(f"RERUN {nodeid} (failed in {when}); its first failure:")
             for line in failure.splitlines():
                 write(f"    {line}")
-        kept = kept_observations(observations_file())
         session = os.environ.get(SESSION_VARIABLE, "")
+        mine = session_file(session or "unnamed")
         # this run's, from every process (pytest-xdist's workers record in their own), else this process's
-        observations = [o for o in kept if session and o.session == session] or self.observations
+        observations = (read(mine) if session and mine.exists() else []) or self.observations
         if observations:
             terminalreporter.section("cluster tests: Hivemind's chance, recorded and not asserted")
             missed = sum(not o.held for o in observations)
             write(f"{len(observations)} recorded, {missed} did not hold")
             for o in observations:
                 write(f"{'held    ' if o.held else 'NOT HELD'} {o.test}: {o.what}  [{o.detail}]")
-            sessions = len({o.session for o in kept})
-            write(f"kept in {observations_file()}; how often each held over its {sessions} session(s):")
-            for what in sorted({o.what for o in observations}):
-                history = [o for o in kept if o.what == what]
-                held, runs = sum(o.held for o in history), len({o.session for o in history})
-                write(f"    {what}: held {held} of {len(history)} in {runs} session(s)")
+            files = last_sessions(observations_dir())
+            write(f"kept in {mine}; how often each held over the last {len(files)} session(s):")
+            whats = {o.what for o in observations}
+            for line in history_lines(files):
+                if line.split(": held ")[0] in whats:
+                    write(f"    {line}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

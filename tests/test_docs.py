@@ -29,7 +29,11 @@ WRITTEN_BY_THE_USER = {
 #: what a page of development history says: a work period or a tracker entry by its number
 _PERIOD, _TICKET = "sess" + "ion", "iss" + "ue"
 HISTORY = re.compile(
-    rf"\b{_PERIOD}s? \d+|\bthis {_PERIOD}\b|\b{_TICKET}s? #?\d+|\(#\d+\)|\b{_TICKET}s \d+ and \d+", re.I
+    rf"\b{_PERIOD}s? \d+|\bthis {_PERIOD}\b|\b{_TICKET}s? #?\d+|\(#\d+\)|\b{_TICKET}s \d+ and \d+"
+    # how the code came to be: what the tracker asked, what it did before, what a change replaced
+    rf"|\bthe {_TICKET} asks\b|\bused to (?:raise|fail|return|take|run)\b|\bthis replaced\b|\bpredates? the\b"
+    r"|\b(?:make demo|a run|the run), 20\d\d-\d\d-\d\d\b",
+    re.I,
 )
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -58,6 +62,27 @@ def words(command: str) -> list[str]:
 def make_targets() -> set[str]:
     makefile = (REPO / "Makefile").read_text()
     return set(re.findall(r"^([\w-]+):", makefile, re.M))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the " + _TICKET + " asks for a check",
+        "it used " + "to raise here",
+        "the bootstrap this " + "replaced",
+        "runs that predate " + "the OpenMP fix",
+        "measured in make demo, " + "2026-11-24",
+        "in " + _PERIOD + " 12",
+        "fixed in (" + "#97)",
+    ],
+)
+def test_the_history_check_catches_its_phrasings(line):
+    assert HISTORY.search(line)
+
+
+@pytest.mark.parametrize("line", ["the process no longer runs", "a ratio used to compare two runs"])
+def test_the_history_check_leaves_what_is(line):
+    assert not HISTORY.search(line)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)

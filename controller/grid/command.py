@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.grid.estimate import estimate
-from controller.grid.runner import format_duration
+from controller.grid.runner import format_duration, to_run_again
 from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid, matching_runs
 from controller.grid.status import GridStatus, experiment_complete
 
@@ -47,6 +47,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         help="run only runs matching this expression over the settings, 'repeat' and 'block', "
         'e.g. "peers == 2 and local_updates"',
+    )
+    parser.add_argument(
+        "--again",
+        metavar="EXPR",
+        help="run again the complete runs matching this expression (as --only's), their results set aside "
+        "and kept in set-aside/, e.g. after a change to the testbed that their records predate",
     )
     parser.add_argument(
         "--repeat", type=int, metavar="N", help="repeat every setting N times (overrides the blocks' repeats)"
@@ -153,19 +159,35 @@ def check_inventory(grid: Grid, runs: list[Run], peers: list[str]) -> None:
             )
 
 
-def print_runs(grid: Grid, runs: list[Run], results_dir: Path, out: TextIO) -> None:
+def asked_again(grid: Grid, expression: str | None) -> frozenset[str]:
+    """The runs ``--again`` names (none without it); raise GridError for a bad expression."""
+    if not expression:
+        return frozenset()
+    return frozenset(run.experiment_id for run in matching_runs(grid.runs, expression, "--again"))
+
+
+def print_runs(
+    grid: Grid, runs: list[Run], results_dir: Path, out: TextIO, again: frozenset[str] = frozenset()
+) -> None:
     """The dry-run listing: one line per run with its time (measured where done, else estimated from the
     grid's complete runs of its shape, controller/grid/estimate.py), then totals per strategy and time."""
     print(f"grid {grid.name} ({grid.path})", file=out)
     if grid.description:
         print(f"  {grid.description}", file=out)
     width = max((len(run.experiment_id) for run in runs), default=0)
-    done = {run.experiment_id for run in runs if experiment_complete(results_dir, run.experiment_id)}
     status = GridStatus.load(results_dir / f"grid-{grid.name}.status.json", grid)
+    again = to_run_again(grid, runs, results_dir, status, again)
+    done = {
+        run.experiment_id
+        for run in runs
+        if experiment_complete(results_dir, run.experiment_id) and run.experiment_id not in again
+    }
     estimates = estimate(runs, status.runs, done)
     for run in runs:
         settings = " ".join(f"{key}={value}" for key, value in run.settings.items())
         mark = "done" if run.experiment_id in done else "todo"
+        if run.experiment_id in again:
+            settings += f"  (again: {again[run.experiment_id]})"
         seconds = estimates.seconds[run.experiment_id]
         took = "    ?" if seconds is None else format_duration(seconds).rjust(5)
         if run.experiment_id in done and run.experiment_id not in estimates.measured:
@@ -202,6 +224,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         grid = load_grid(args.file, repeats=args.repeat)
         runs = select_runs(grid, args.only)
+        again = asked_again(grid, args.again)
         if args.inventory is not None and not args.inventory.exists():
             raise GridError(f"--inventory: no such file or directory: {args.inventory}")
         if not args.dry_run:
@@ -217,7 +240,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print_runs(grid, runs, args.results_dir, sys.stdout)
+        print_runs(grid, runs, args.results_dir, sys.stdout, again)
         return 0
     if not runs:
         print(f"grid {grid.name}: no run matches --only {args.only!r}")
@@ -232,5 +255,10 @@ def main(args: argparse.Namespace) -> int:
         on_play=lambda play: print(f"      {play}", flush=True),
     )
     return GridRunner(
-        grid, runs, results_dir=args.results_dir.resolve(), playbooks=playbooks, sitting=args.sitting
+        grid,
+        runs,
+        results_dir=args.results_dir.resolve(),
+        playbooks=playbooks,
+        sitting=args.sitting,
+        again=again,
     ).run()

@@ -7,7 +7,8 @@ stops; a second Ctrl-C during the teardown gives up waiting for it. A sitting (`
 before the first run that its estimate (controller/grid/estimate.py) says would end after the sitting's time.
 A complete run whose received compute strays further from its calibration than the grid's ``compute_limit``
 is moved to ``<results>/set-aside/<id>-<attempt>`` and run again, at most ``compute_reruns`` times; the last
-attempt is then kept and the status file says so.
+attempt is then kept and the status file says so. The limit holds for every run the grid holds: a complete run
+outside it when the grid starts (a limit made tighter) is set aside and run again the same way.
 """
 
 from __future__ import annotations
@@ -36,6 +37,50 @@ logger = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 #: below the results directory: complete runs set aside because their compute strayed from the calibration
 SET_ASIDE_DIR = "set-aside"
+
+
+def compute_outside(results_dir: Path, experiment_id: str, limit: float | None) -> str:
+    """Why a complete run's received compute is outside ``limit`` (controller/received_compute.py), or ''
+    where it is within, or the run followed no calibration, or the grid checks none."""
+    received = (read_experiment(results_dir / experiment_id) or {}).get("received_compute")
+    if limit is None or not isinstance(received, dict) or not received.get("peers"):
+        return ""
+    ratios = {host: float(peer["ratio"]) for host, peer in received["peers"].items()}
+    outside = {host: ratio for host, ratio in ratios.items() if abs(ratio - 1) > limit}
+    if not outside:
+        return ""
+    listed = ", ".join(f"{host} {ratio:.3f}" for host, ratio in sorted(outside.items()))
+    return f"received compute outside the calibration's ±{limit * 100:g}% ({received.get('basis')}: {listed})"
+
+
+#: why a run asked for by ``--again`` is run again
+ASKED_AGAIN = "asked to run again (--again)"
+
+
+def to_run_again(
+    grid: Grid, runs: list[Run], results_dir: Path, status: GridStatus, asked: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The complete runs to set aside and run again, each with why: those ``asked`` for (``--again``), and
+    those outside the grid's ``compute_limit`` that have reruns left (``compute_reruns``): the limit applies
+    to every run the grid holds, those committed before it was set too."""
+    again = {}
+    for run in runs:
+        if experiment_complete(results_dir, run.experiment_id):
+            record = status.runs[run.experiment_id]
+            # asked once: the same command resumes, it does not set aside the run it made again
+            redone = any(
+                entry.get("why") == ASKED_AGAIN and (record.finished or 0) > entry.get("at", 0)
+                for entry in record.set_aside
+            )
+            if run.experiment_id in asked and not redone:
+                again[run.experiment_id] = ASKED_AGAIN
+                continue
+            outside = compute_outside(results_dir, run.experiment_id, grid.compute_limit)
+            if outside and len(status.runs[run.experiment_id].set_aside) < grid.compute_reruns:
+                again[run.experiment_id] = outside
+    return again
+
+
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -252,11 +297,14 @@ class GridRunner:
         out: TextIO = sys.stdout,
         clock: Callable[[], float] = time.monotonic,
         sitting: float | None = None,
+        again: frozenset[str] = frozenset(),
     ) -> None:
         """:param sitting: seconds this sitting may take: no run starts that its estimate says would end
-        after them (a run of a shape not yet priced starts while any time is left); None: no limit"""
+        after them (a run of a shape not yet priced starts while any time is left); None: no limit
+        :param again: complete runs to set aside and run again (``--again``)"""
         self.grid = grid
         self.sitting = sitting
+        self.again = again
         self.runs = runs
         self.results_dir = results_dir
         self.playbooks = playbooks
@@ -268,6 +316,18 @@ class GridRunner:
         print(message, file=self.out, flush=True)
 
     def run(self) -> int:
+        for run in self.runs:
+            why = to_run_again(self.grid, [run], self.results_dir, self.status, self.again).get(
+                run.experiment_id
+            )
+            if why:
+                record = self.status.runs[run.experiment_id]
+                kept = self._set_aside(run, len(record.set_aside) + 1)
+                record.set_aside.append(
+                    {"path": str(kept), "why": why, "finished": record.finished, "at": time.time()}
+                )
+                self.status.update(run, status="pending", message=f"{why}: set aside in {kept}, to run again")
+                self.say(f"grid: {run.experiment_id}: {why}: set aside in {kept}, to run again")
         done = [run for run in self.runs if experiment_complete(self.results_dir, run.experiment_id)]
         for run in done:
             if self.status.runs[run.experiment_id].status != "complete":
@@ -385,18 +445,7 @@ class GridRunner:
         return "failed"
 
     def _compute_outside(self, run: Run) -> str:
-        """Why the run's received compute is outside the grid's limit (controller/received_compute.py), or ''
-        where it is within, or the run followed no calibration, or the grid checks none."""
-        limit = self.grid.compute_limit
-        received = (read_experiment(self.results_dir / run.experiment_id) or {}).get("received_compute")
-        if limit is None or not isinstance(received, dict) or not received.get("peers"):
-            return ""
-        ratios = {host: float(peer["ratio"]) for host, peer in received["peers"].items()}
-        outside = {host: ratio for host, ratio in ratios.items() if abs(ratio - 1) > limit}
-        if not outside:
-            return ""
-        listed = ", ".join(f"{host} {ratio:.3f}" for host, ratio in sorted(outside.items()))
-        return f"received compute outside the calibration's ±{limit:.0%} ({received.get('basis')}: {listed})"
+        return compute_outside(self.results_dir, run.experiment_id, self.grid.compute_limit)
 
     def _set_aside(self, run: Run, attempt: int) -> Path:
         """Move a complete run's results out of the grid's way, kept (SET_ASIDE_DIR), to run it again."""

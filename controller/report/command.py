@@ -148,6 +148,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
     network = report_plots.network_plot(analysis, out)
     faults = report_plots.fault_plots(analysis, out)
     target_curves = report_plots.target_curve_plot(analysis, out)
+    headline = report_plots.headline_plot(analysis, out)
 
     experiments = analysis.experiments
     by_strategy = Counter("baseline" if e.is_baseline else e.strategy_label() for e in experiments)
@@ -162,6 +163,7 @@ def write_report(analysis: Analysis, out: Path, results_dir: Path) -> Path:
         *noise_floor_lines(analysis.tables["noise_floor"]),
         "",
         *([_section(analysis, "headline")] if "headline" in analysis.tables else []),
+        *([f"![headline comparisons]({headline.name})", ""] if headline else []),
         *([f"![target curves]({target_curves.name})", ""] if target_curves else []),
     ]
     if incomplete:

@@ -71,34 +71,120 @@ def _no_data(axis: Any, text: str = "no data") -> None:
     axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes, color="grey")
 
 
+#: points of the common time axis a setting's repeats are read at, for their median and range
+REPEAT_GRID_POINTS = 200
+
+
+def repeats_band(
+    curves: list[tuple[list[float], list[float]]], points: int = REPEAT_GRID_POINTS
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(times, median, lowest, highest) of several runs' loss curves on one time axis: at each time, every
+    run still training (started, not yet ended) gives its last loss at or before it.
+
+    >>> times, median, low, high = repeats_band([([1.0, 2.0], [3.0, 2.0]), ([1.0, 3.0], [2.0, 1.0])], 3)
+    >>> times, median, low, high
+    ([1.0, 2.0, 3.0], [2.5, 2.0, 1.0], [2.0, 2.0, 1.0], [3.0, 2.0, 1.0])
+    """
+    curves = [(t, loss) for t, loss in curves if t]
+    if not curves:
+        return [], [], [], []
+    start, end = min(t[0] for t, _ in curves), max(t[-1] for t, _ in curves)
+    grid = [start + (end - start) * i / max(1, points - 1) for i in range(points)]
+    times, median, low, high = [], [], [], []
+    cursors = [0] * len(curves)
+    for moment in grid:
+        values = []
+        for index, (t, loss) in enumerate(curves):
+            while cursors[index] + 1 < len(t) and t[cursors[index] + 1] <= moment:
+                cursors[index] += 1
+            if t[0] <= moment <= t[-1]:
+                values.append(loss[cursors[index]])
+        if values:
+            times.append(moment)
+            median.append(statistics.median(values))
+            low.append(min(values))
+            high.append(max(values))
+    return times, median, low, high
+
+
 def loss_plots(analysis: Analysis, out: Path) -> list[Path]:
-    """One plot per (model, dataset, batch size, LR): baselines (black) and Hivemind runs over wall time."""
+    """One plot per (model, dataset, batch size, LR): each setting's training loss over modelled time on the
+    training clock, the baseline black; a setting run once is its line (its faults marked), one repeated is
+    its repeats' median with their range shaded."""
     groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for e in analysis.experiments:
-        groups[e.comparison_key()].append(e)
+        if not e.is_noise_floor:
+            groups[e.comparison_key()].append(e)
     paths = []
     for key in sorted(groups, key=str):
         model, dataset, batch_size, learning_rate = key
         figure, axis = plt.subplots(figsize=(8, 4.5))
-        runs = sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id))
-        labels = distinct_labels([(e.label(), e.experiment_id) for e in runs])
-        for e, label in zip(runs, labels, strict=True):
-            times, losses = analysis.curves[e.experiment_id]
-            style = (
-                {"color": "black", "linewidth": 1.5, "alpha": 0.7} if e.is_baseline else {"linewidth": 1.2}
-            )
-            (line,) = axis.plot(times, losses, label=label, **style)
-            _mark_faults(axis, e, line.get_color())
+        settings: dict[str, list[Any]] = defaultdict(list)
+        for e in sorted(groups[key], key=lambda e: (not e.is_baseline, e.experiment_id)):
+            settings[e.label()].append(e)
+        singles = [(runs[0].label(), runs[0].experiment_id) for runs in settings.values() if len(runs) == 1]
+        single_labels = dict(zip([i for _, i in singles], distinct_labels(singles), strict=True))
+        for setting, runs in settings.items():
+            baseline = runs[0].is_baseline
+            style = {"color": "black"} if baseline else {}
+            if len(runs) == 1:
+                e = runs[0]
+                times, losses = analysis.curves[e.experiment_id]
+                (line,) = axis.plot(
+                    times, losses, label=single_labels[e.experiment_id], linewidth=1.2, **style
+                )
+                _mark_faults(axis, e, line.get_color())
+                continue
+            times, median, low, high = repeats_band([analysis.curves[e.experiment_id] for e in runs])
+            (line,) = axis.plot(times, median, label=f"{setting} ({len(runs)} runs)", linewidth=1.4, **style)
+            axis.fill_between(times, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
         targets = {analysis.targets[e.experiment_id] for e in groups[key]} - {None}
         for target in targets:
             axis.axhline(target, color="grey", linestyle=":", linewidth=1)
-        axis.set_xlabel("wall time since start barrier (s)")
+        axis.set_xscale("symlog", linthresh=10.0)
+        axis.set_xlabel("modelled training time (s; validation left out, log scale above 10 s)")
         axis.set_ylabel("training loss (smoothed)")
-        axis.set_title(f"{model} / {dataset}, batch size {batch_size}, LR {learning_rate}")
+        axis.set_title(
+            f"{model} / {dataset}, batch size {batch_size}, LR {learning_rate} (repeats: median and range)"
+        )
         axis.legend(fontsize=7, ncol=2)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"loss_{model}_{dataset}_bs{batch_size}_lr{learning_rate}")
         paths.append(_save(figure, out / f"{name}.png"))
     return paths
+
+
+def headline_plot(analysis: Analysis, out: Path) -> Path | None:
+    """headline.png: each headline comparison's ratio with its 95 % interval, one panel per metric, on a log
+    axis around 1 (no difference); filled where the corrected test decided it. None without a headline."""
+    table = analysis.tables.get("headline")
+    if table is None or not table.rows:
+        return None
+    metrics = list(dict.fromkeys(row["metric"] for row in table.rows))
+    comparisons = list(dict.fromkeys(row["comparison"] for row in table.rows))
+    figure, axes = plt.subplots(
+        1, len(metrics), figsize=(4 * len(metrics), 0.45 * len(comparisons) + 1.6), sharey=True, squeeze=False
+    )
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        for row in (row for row in table.rows if row["metric"] == metric):
+            if row["ratio"] is None:
+                continue
+            y = len(comparisons) - 1 - comparisons.index(row["comparison"])
+            decided = str(row["verdict"]).startswith(("faster", "slower"))
+            if row["ci_low"] is not None and row["ci_high"] is not None:
+                axis.hlines(y, row["ci_low"], row["ci_high"], color="#4c72b0", linewidth=2)
+            axis.plot(
+                [row["ratio"]], [y], "o", color="#4c72b0", markerfacecolor="#4c72b0" if decided else "white"
+            )
+        axis.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+        axis.set_xscale("log")
+        axis.set_title(metric, fontsize=9)
+        axis.set_xlabel("ratio (above 1: faster)")
+    axes[0][0].set_yticks(range(len(comparisons)), list(reversed(comparisons)), fontsize=8)
+    figure.suptitle(
+        "The headline comparisons: ratio and 95 % interval (filled: decided after the correction)",
+        fontsize=10,
+    )
+    return _save(figure, out / "headline.png")
 
 
 def _mark_faults(axis: Any, e: Any, colour: str) -> None:

@@ -3,7 +3,7 @@
 ``python -m controller.report.study`` runs ``trainer report`` on each edition's committed results (the first:
 ``studies/thesis``, from ``trainer grid studies/thesis/grid.yml --results-dir studies/thesis``; the second:
 ``studies/second-edition``, from ``trainer grid grids/study.yml --results-dir studies/second-edition``) into
-its ``report/`` and writes the tables of its page (docs/study.md, docs/study-second-edition.md) between their
+its ``report/`` and writes the tables of its page (docs/study-first-edition.md, docs/study.md) between their
 markers (``<!-- study:NAME -->`` ... ``<!-- /study -->``) from that report's CSV files. ``--edition`` picks
 one. ``--check`` does the same into a temporary directory and fails, naming each, where a committed CSV or a
 table of a page differs from what the committed results give: no figure of the study is typed by hand.
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 from typing import Any
+
+from controller.report.study_text import changed_table, held_table, typed_figures, verdicts_text
 
 REPO = Path(__file__).resolve().parents[2]
 #: the report's options for the study (docs/study.md, "Targets"): a loss and a validation accuracy that every
@@ -75,12 +77,14 @@ def editions() -> dict[str, Edition]:
     first_dir, second_dir = REPO / "studies" / "thesis", REPO / "studies" / "second-edition"
     second_grid = REPO / "grids" / "study.yml"
     return {
-        "first": Edition("first", first_dir, first_dir / "grid.yml", REPO / "docs" / "study.md", REPORT_ARGS),
+        "first": Edition(
+            "first", first_dir, first_dir / "grid.yml", REPO / "docs" / "study-first-edition.md", REPORT_ARGS
+        ),
         "second": Edition(
             "second",
             second_dir,
             second_grid,
-            REPO / "docs" / "study-second-edition.md",
+            REPO / "docs" / "study.md",
             _headline_targets(second_grid),
         ),
     }
@@ -469,6 +473,9 @@ def best_learning_rate_table(edition: Edition, report: Path, labels: dict[str, d
 
 
 TABLES: dict[str, Table] = {
+    "verdicts": verdicts_text,
+    "held": held_table,
+    "changed": changed_table,
     "best_learning_rate": best_learning_rate_table,
     "headline": headline_table,
     "received": received_table,
@@ -528,6 +535,12 @@ def differences(edition: Edition, generated: Path) -> list[str]:
     doc = edition.doc.read_text()
     if render(edition, doc, generated) != doc:
         problems.append(f"{_shown(edition.doc)}: a table differs from the committed results' report")
+    typed = typed_figures(doc, edition.grid.read_text(), MARKER)
+    if typed and edition.name != "first":
+        problems.append(
+            f"{_shown(edition.doc)}: figures typed outside the generated blocks, not settings of "
+            f"{_shown(edition.grid)}: {', '.join(typed)}"
+        )
     return problems
 
 

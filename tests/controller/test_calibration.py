@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.calibration import DEFAULT, KIND, CalibrationError, load
-from controller.sizing import COMPUTE_HEADROOM
+from controller.sizing import COLLECTIVE_HEADROOM, COMPUTE_HEADROOM
 
 SHIPPED = load(DEFAULT)
 
@@ -183,6 +183,27 @@ def test_each_container_trains_at_its_calibrated_rate_over_one_dilation(tmp_path
     assert modelled_peers / modelled_baseline == pytest.approx(
         shipped.ceiling("resnet18", 32, [1] * 16, 16), rel=1e-3
     )
+
+
+def test_a_strategy_whose_collectives_share_the_step_gets_more_headroom(tmp_path):
+    """DDP's ranks run their all-reduce beside the training thread in every step: their containers get
+    COLLECTIVE_HEADROOM above the plan, D grows with it, and the trainer paces to the same share."""
+    from controller.plan import testbed_experiment
+
+    hivemind = testbed_experiment({"peers": "4"}, _inventory(tmp_path, [4] * 4))
+    ddp = testbed_experiment({"peers": "4", "strategy": "ddp"}, _inventory(tmp_path, [4] * 4))
+    assert hivemind["errors"] == [] and ddp["errors"] == [], (hivemind["errors"], ddp["errors"])
+    assert COLLECTIVE_HEADROOM > COMPUTE_HEADROOM
+    assert ddp["compute"]["headroom"] == ddp["trainer_settings"]["hold_headroom"] == COLLECTIVE_HEADROOM
+    assert (
+        hivemind["compute"]["headroom"] == hivemind["trainer_settings"]["hold_headroom"] == COMPUTE_HEADROOM
+    )
+    d_ddp = ddp["time_dilation"]
+    assert d_ddp == pytest.approx(hivemind["time_dilation"] * (1 + COLLECTIVE_HEADROOM) / ROOM, rel=1e-6)
+    for entry in ddp["plan"].values():
+        assert entry["cpus_limit"] == pytest.approx(
+            (1 + COLLECTIVE_HEADROOM) * rate(4) / d_ddp / 91.5, abs=1e-3
+        )
 
 
 def test_heterogeneous_hosts_keep_their_calibrated_ratio_not_their_vcpu_ratio(tmp_path):

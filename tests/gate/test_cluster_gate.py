@@ -33,8 +33,8 @@ def test_chance_is_recorded(chance):
 
 
 def test_cluster_tests_are_rerun_once_and_listed(pytester, monkeypatch, tmp_path):
-    kept = tmp_path / "observations.jsonl"
-    monkeypatch.setenv("TESTBED_OBSERVATIONS", str(kept))
+    kept = tmp_path / "earlier.jsonl"  # one file a session
+    monkeypatch.setenv("TESTBED_OBSERVATIONS_DIR", str(tmp_path))
     monkeypatch.setenv("TESTBED_TEST_SESSION", "earlier")
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makeini("[pytest]\nmarkers =\n    cluster: cluster\n    molecule: molecule\n")
@@ -49,12 +49,22 @@ def test_cluster_tests_are_rerun_once_and_listed(pytester, monkeypatch, tmp_path
     assert "2 recorded, 1 did not hold" in out
     recorded = "NOT HELD test_probes.py::test_chance_is_recorded: rounds formed  [{'ok': 0}]"
     assert recorded in out
-    # kept across runs: a second session's summary counts both
+    # kept across runs, a file a session: a second session's summary counts both, and so does the command
     assert len(kept.read_text().splitlines()) == 2
     monkeypatch.setenv("TESTBED_TEST_SESSION", "later")
     again = pytester.runpytest("-p", "no:cacheprovider", "-k", "chance")
     assert "rounds formed: held 0 of 2 in 2 session(s)" in again.stdout.str()
     assert "no timeout: held 2 of 2 in 2 session(s)" in again.stdout.str()
+    assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == ["earlier.jsonl", "later.jsonl"]
+    import observations
+
+    assert observations.count_line(observations.last_sessions(tmp_path)) == (
+        f"chance observations: 2 recorded, 1 did not hold ({tmp_path / 'later.jsonl'})"
+    )
+    assert observations.history_lines(observations.last_sessions(tmp_path, last=1)) == [
+        "no timeout: held 1 of 1 in 1 session(s)",
+        "rounds formed: held 0 of 1 in 1 session(s)",
+    ]
 
 
 def test_nothing_is_printed_without_cluster_tests(pytester):

@@ -118,6 +118,38 @@ def test_a_run_whose_compute_strays_from_the_calibration_is_set_aside_and_run_ag
     assert record["message"].endswith("after 1 reruns (compute_reruns)")
 
 
+def test_a_tightened_limit_and_again_set_complete_runs_aside_once(tmp_path, stand_in_env):
+    """The limit holds for every run the grid holds: a run complete within an earlier limit but outside the
+    grid's tightened one is set aside when the grid starts and run again; --again does the same for the runs
+    it names, once: the same command then resumes without running them a third time."""
+    grid, ids = small_grid(tmp_path, 2)
+    strays, steady = ids
+    loose = grid.read_text().replace("noise_floor: false\n", "noise_floor: false\ncompute_limit: 0.2\n")
+    grid.write_text(loose)
+    env = {**stand_in_env, "GRID_STAND_IN_STRAY": f"{strays}:1"}
+    assert trainer(*grid_args(tmp_path, grid=grid), env=env).returncode == 0
+    assert status(tmp_path)[strays]["set_aside"] == []  # 0.9 was within 20 %
+
+    grid.write_text(loose.replace("compute_limit: 0.2", "compute_limit: 0.05"))
+    listed = trainer(*grid_args(tmp_path, "--dry-run", grid=grid), env=env)
+    line = next(line for line in listed.stdout.splitlines() if strays in line)
+    assert " todo " in line and "(again: received compute outside the calibration's ±5% (step rate" in line
+    tightened = trainer(*grid_args(tmp_path, grid=grid), env=env)
+    assert tightened.returncode == 0, tightened.stdout + tightened.stderr
+    assert f"grid: {strays}: received compute outside the calibration's ±5%" in tightened.stdout
+    assert calls(tmp_path)[2:] == [f"experiment {strays} force=True"]
+    (aside,) = status(tmp_path)[strays]["set_aside"]
+    assert Path(aside["path"]) == tmp_path / "results" / "set-aside" / f"{strays}-1"
+
+    asked = trainer(*grid_args(tmp_path, "--again", "seed == 2", grid=grid), env=env)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert calls(tmp_path)[3:] == [f"experiment {steady} force=True"]
+    assert status(tmp_path)[steady]["set_aside"][0]["why"] == "asked to run again (--again)"
+    resumed = trainer(*grid_args(tmp_path, "--again", "seed == 2", grid=grid), env=env)
+    assert "2 already complete, 0 to run" in resumed.stdout, resumed.stdout
+    assert len(calls(tmp_path)) == 4
+
+
 def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env):
     """Results dirs laid out as the playbook writes them; the runner reads only experiment.json (a real
     trainer's results in them: test_grid_report.py)."""

@@ -1,4 +1,4 @@
-"""The study's published figures (each edition's page, docs/study.md and docs/study-second-edition.md, and its
+"""The study's published figures (each edition's page, docs/study.md and docs/study-first-edition.md, and its
 committed report's CSV files) are what the committed results give: regenerated from studies/ on every run of
 the suite, compared cell by cell."""
 
@@ -58,3 +58,18 @@ def test_a_typed_figure_in_a_page_fails_the_check(tmp_path, name):
     moved = study.Edition(edition.name, edition.study_dir, edition.grid, doc, edition.report_args)
     problems = study.differences(moved, edition.report_dir)
     assert problems == [f"{doc}: a table differs from the committed results' report"]
+
+
+def test_a_figure_typed_in_the_study_s_prose_fails_the_check(tmp_path):
+    """Outside the generated blocks the page holds settings of its grid only: a measured figure typed into
+    its prose is reported, a setting is not."""
+    edition = EDITIONS["second"]
+    doc = tmp_path / edition.doc.name
+    text = edition.doc.read_text()
+    doc.write_text(text.replace("## The plan\n", "## The plan\n\nHivemind trains 0.351x the baseline.\n", 1))
+    moved = study.Edition(edition.name, edition.study_dir, edition.grid, doc, edition.report_args)
+    assert study.differences(moved, edition.report_dir) == [
+        f"{doc}: figures typed outside the generated blocks, not settings of grids/study.yml: 0.351"
+    ]
+    doc.write_text(text.replace("## The plan\n", "## The plan\n\nAt a matchmaking time of 0.5 s.\n", 1))
+    assert study.differences(moved, edition.report_dir) == []

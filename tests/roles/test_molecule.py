@@ -1,6 +1,6 @@
 """Every Molecule scenario of every role (roles/<role>/molecule/<scenario>), run with `molecule test`.
 
-The scenarios use podman containers from the local images (scripts/build-image.sh). Most of a scenario's time
+The scenarios use podman containers from the local images (images/build.sh). Most of a scenario's time
 is spent waiting on containers, so the selected scenarios run a few at a time (MOLECULE_PARALLEL, default 3),
 each in its own containers and networks; every scenario still passes or fails as its own test.
 

@@ -268,7 +268,23 @@ def test_two_peers_average_and_agree(peers, local_updates, chance):
         assert sample_a == pytest.approx(sample_b, abs=1e-6), (sample_a, sample_b)
         assert details[0]["final_params_norm"] == pytest.approx(details[1]["final_params_norm"], rel=1e-6)
     else:
-        chance.expect(False, "both last rounds succeeded (so equal parameters were checked)", last_rounds)
+        failed = [
+            condition
+            for condition, held in (
+                ("the peers ended in the same epoch", same_epoch),
+                ("both last rounds were ok with the full share received", full),
+                (
+                    "both last rounds were of the same epoch",
+                    last_rounds[0]["epoch"] == last_rounds[1]["epoch"],
+                ),
+            )
+            if not held
+        ]
+        chance.expect(
+            False,
+            "equal parameters were checked (their conditions held)",
+            f"not checked: {'; '.join(failed)}; last rounds {last_rounds}",
+        )
 
 
 @pytest.mark.timeout(240)

@@ -6,7 +6,7 @@
 #                                    + the system Python's cache of what it compiles from zip archives (Ansible's
 #                                    modules: images/node/), labelled with the hash of requirements/node.txt, of
 #                                    images/node/ and of this recipe.
-# Usage: scripts/build-image.sh [base|node|all]   (default all)
+# Usage: images/build.sh [base|node|all]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -119,7 +119,7 @@ assert zipimport._compile_source is c._compile_cached' \
     --link-mode hardlink -r /tmp/uv-install/node.txt
   timed "$repo/.venv/bin/ansible-playbook" -i "$build_container," -c containers.podman.podman \
     -e "{\"trainer_pip_environment\": {\"PIP_CERT\": \"$build_ca\", \"PIP_NO_CACHE_DIR\": \"1\"}}" \
-    playbooks/build-image.yml
+    images/node-dependencies.yml
   podman exec "$build_container" bash -c 'rm -rf /root/.cache /tmp/*'
   podman stop -t 10 "$build_container" >/dev/null
   timed podman commit --change 'CMD ["/lib/systemd/systemd"]' --change 'STOPSIGNAL=SIGRTMIN+3' \
