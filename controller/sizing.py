@@ -35,7 +35,7 @@ CONTROLLER_DATASETS = Path("/usr/share/datasets")
 COMPUTE_HEADROOM = 0.15
 # The same for a strategy whose collectives run in every step beside its training thread, in its container
 # (DDP's and ZeRO's all-reduce, between the steps' compute): their threads spend the container's quota, and at
-# 15 % a DDP rank's paced steps took 1.03-1.06x their plan (received 0.94-0.97; docs/time-dilation.md).
+# 15 % a DDP rank's paced steps took 1.03-1.06x their plan (docs/time-dilation.md says what 30 % leaves).
 COLLECTIVE_HEADROOM = 0.30
 COLLECTIVE_EVERY_STEP = ("ddp", "zero")
 
