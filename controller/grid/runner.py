@@ -76,7 +76,7 @@ def to_run_again(
                 again[run.experiment_id] = ASKED_AGAIN
                 continue
             outside = compute_outside(results_dir, run.experiment_id, grid.compute_limit)
-            if outside and len(status.runs[run.experiment_id].set_aside) < grid.compute_reruns:
+            if outside and len(record.set_aside) < grid.compute_reruns:
                 again[run.experiment_id] = outside
     return again
 
@@ -316,10 +316,9 @@ class GridRunner:
         print(message, file=self.out, flush=True)
 
     def run(self) -> int:
+        again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again)
         for run in self.runs:
-            why = to_run_again(self.grid, [run], self.results_dir, self.status, self.again).get(
-                run.experiment_id
-            )
+            why = again.get(run.experiment_id)
             if why:
                 record = self.status.runs[run.experiment_id]
                 kept = self._set_aside(run, len(record.set_aside) + 1)
