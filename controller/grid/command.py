@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.grid.estimate import estimate
-from controller.grid.runner import format_duration, to_run_again
+from controller.grid.runner import code_revision, format_duration, to_run_again
 from controller.grid.spec import NOISE_FLOOR_BLOCK, Grid, GridError, Run, load_grid, matching_runs
 from controller.grid.status import GridStatus, experiment_complete
 
@@ -167,7 +167,12 @@ def asked_again(grid: Grid, expression: str | None) -> frozenset[str]:
 
 
 def print_runs(
-    grid: Grid, runs: list[Run], results_dir: Path, out: TextIO, again: frozenset[str] = frozenset()
+    grid: Grid,
+    runs: list[Run],
+    results_dir: Path,
+    out: TextIO,
+    again: frozenset[str] = frozenset(),
+    revision: str | None = None,
 ) -> None:
     """The dry-run listing: one line per run with its time (measured where done, else estimated from the
     grid's complete runs of its shape, controller/grid/estimate.py), then totals per strategy and time."""
@@ -176,7 +181,7 @@ def print_runs(
         print(f"  {grid.description}", file=out)
     width = max((len(run.experiment_id) for run in runs), default=0)
     status = GridStatus.load(results_dir / f"grid-{grid.name}.status.json", grid)
-    again = to_run_again(grid, runs, results_dir, status, again)
+    again = to_run_again(grid, runs, results_dir, status, again, revision)
     done = {
         run.experiment_id
         for run in runs
@@ -240,7 +245,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"trainer: error: {error}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print_runs(grid, runs, args.results_dir, sys.stdout, again)
+        revision = code_revision(args.playbook_dir.resolve().parent)
+        print_runs(grid, runs, args.results_dir, sys.stdout, again, revision)
         return 0
     if not runs:
         print(f"grid {grid.name}: no run matches --only {args.only!r}")

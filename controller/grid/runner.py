@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -57,19 +58,42 @@ def compute_outside(results_dir: Path, experiment_id: str, limit: float | None) 
 ASKED_AGAIN = "asked to run again (--again)"
 
 
+def code_revision(project_dir: Path) -> str | None:
+    """The commit checked out in ``project_dir`` (None outside a git checkout)."""
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(project_dir), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
 def to_run_again(
-    grid: Grid, runs: list[Run], results_dir: Path, status: GridStatus, asked: frozenset[str] = frozenset()
+    grid: Grid,
+    runs: list[Run],
+    results_dir: Path,
+    status: GridStatus,
+    asked: frozenset[str] = frozenset(),
+    revision: str | None = None,
 ) -> dict[str, str]:
     """The complete runs to set aside and run again, each with why: those ``asked`` for (``--again``), and
     those outside the grid's ``compute_limit`` that have reruns left (``compute_reruns``): the limit applies
-    to every run the grid holds, those committed before it was set too."""
+    to every run the grid holds, those committed before it was set too.
+
+    ``--again`` runs a run again once for each ``revision`` of the code (the checkout's commit,
+    :func:`code_revision`): the same command resumes without running again what it ran again, and after a
+    commit that changes what a run measures the same ``--again`` runs them with the new code."""
     again = {}
     for run in runs:
         if experiment_complete(results_dir, run.experiment_id):
             record = status.runs[run.experiment_id]
-            # asked once: the same command resumes, it does not set aside the run it made again
             redone = any(
-                entry.get("why") == ASKED_AGAIN and (record.finished or 0) > entry.get("at", 0)
+                entry.get("why") == ASKED_AGAIN
+                and entry.get("revision") == revision
+                and (record.finished or 0) > entry.get("at", 0)
                 for entry in record.set_aside
             )
             if run.experiment_id in asked and not redone:
@@ -316,15 +340,15 @@ class GridRunner:
         print(message, file=self.out, flush=True)
 
     def run(self) -> int:
-        again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again)
+        revision = code_revision(self.playbooks.project_dir)
+        again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again, revision)
         for run in self.runs:
             why = again.get(run.experiment_id)
             if why:
                 record = self.status.runs[run.experiment_id]
                 kept = self._set_aside(run, len(record.set_aside) + 1)
-                record.set_aside.append(
-                    {"path": str(kept), "why": why, "finished": record.finished, "at": time.time()}
-                )
+                entry = {"path": str(kept), "why": why, "finished": record.finished, "at": time.time()}
+                record.set_aside.append({**entry, "revision": revision} if why == ASKED_AGAIN else entry)
                 self.status.update(run, status="pending", message=f"{why}: set aside in {kept}, to run again")
                 self.say(f"grid: {run.experiment_id}: {why}: set aside in {kept}, to run again")
         done = [run for run in self.runs if experiment_complete(self.results_dir, run.experiment_id)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,7 +122,8 @@ def test_a_run_whose_compute_strays_from_the_calibration_is_set_aside_and_run_ag
 def test_a_tightened_limit_and_again_set_complete_runs_aside_once(tmp_path, stand_in_env):
     """The limit holds for every run the grid holds: a run complete within an earlier limit but outside the
     grid's tightened one is set aside when the grid starts and run again; --again does the same for the runs
-    it names, once: the same command then resumes without running them a third time."""
+    it names, once for each commit of the code: the same command then resumes without running them a third
+    time, and after another commit runs them again."""
     grid, ids = small_grid(tmp_path, 2)
     strays, steady = ids
     loose = grid.read_text().replace("noise_floor: false\n", "noise_floor: false\ncompute_limit: 0.2\n")
@@ -148,6 +150,20 @@ def test_a_tightened_limit_and_again_set_complete_runs_aside_once(tmp_path, stan
     resumed = trainer(*grid_args(tmp_path, "--again", "seed == 2", grid=grid), env=env)
     assert "2 already complete, 0 to run" in resumed.stdout, resumed.stdout
     assert len(calls(tmp_path)) == 4
+
+    # another commit of the code: the same --again runs the run again, once more
+    project = tmp_path / "project"
+    shutil.copytree(STAND_IN, project / "stand_in")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "another revision"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    stand_in = project / "stand_in"
+    moved = ["--playbook-dir", str(stand_in), "--inventory", str(stand_in / "inventory.yml")]
+    committed = [*grid_args(tmp_path, "--again", "seed == 2", grid=grid)[:4], *moved, "--again", "seed == 2"]
+    assert trainer(*committed, env=env).returncode == 0
+    assert calls(tmp_path)[4:] == [f"experiment {steady} force=True"]
+    assert trainer(*committed, env=env).returncode == 0
+    assert len(calls(tmp_path)) == 5
 
 
 def test_resume_skips_complete_results_and_redoes_partial_ones(tmp_path, stand_in_env):

@@ -56,8 +56,12 @@ class DataParallelStrategy(CollectiveStrategy):
         # the gradients' exchange, packing into one buffer and back included (as DDP's buckets): averaging,
         # its seconds and CPU apart from computing (the loop paces the rest to the calibration)
         exchange, thread_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+        # a parameter backward left without a gradient (freed by zero_grad) takes part as zeros
         flat = torch.cat(
-            [*(p.grad.reshape(-1) for p in parameters), torch.tensor([float(self._wants_stop())])]
+            [
+                *(torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1) for p in parameters),
+                torch.tensor([float(self._wants_stop())]),
+            ]
         )
         started = time.perf_counter()
         dist.all_reduce(flat, group=self.group)
@@ -66,7 +70,11 @@ class DataParallelStrategy(CollectiveStrategy):
         offset = 0
         for parameter in parameters:
             size = parameter.numel()
-            parameter.grad.copy_(flat[offset : offset + size].view_as(parameter.grad))
+            averaged = flat[offset : offset + size].view_as(parameter)
+            if parameter.grad is None:
+                parameter.grad = averaged.clone()
+            else:
+                parameter.grad.copy_(averaged)
             offset += size
         exchange = time.perf_counter() - exchange
         thread_cpu, process_cpu = time.thread_time() - thread_cpu, time.process_time() - process_cpu
