@@ -33,7 +33,12 @@ APT_PACKAGES := python3-venv python3-pip podman fuse-overlayfs uidmap slirp4netn
 DEMO_VARS ?= -e peers=8 -e model=resnet18 -e dataset=fashion-mnist -e max_steps=50 -e batch_size=32 \
 	-e target_batch_size=2048 -e matchmaking_time=3 -e averaging_timeout=60 -e progress_interval=30
 
-.PHONY: help setup apt cgroups venv controller image demo test test-extended test-cluster lint pytest molecule clean
+# Debian packages the guests need (scripts/guest-vms.sh, images/cloud-image.sh): qemu, the image's builder, the
+# CONTEXT ISO's writer.
+GUEST_PACKAGES := qemu-system-x86 qemu-utils mmdebstrap e2fsprogs xorriso
+
+.PHONY: help setup apt cgroups venv controller image demo test test-extended test-cluster lint pytest molecule clean \
+	guest-tools guests
 
 help:
 	@echo "make demo   install everything, then run playbooks/experiment.yml with 8 peers on the local cluster"
@@ -43,6 +48,7 @@ help:
 	@echo "make molecule  the local images, then every role's Molecule scenarios"
 	@echo "make setup  apt packages, $(VENV)/ and the local images;  make clean  remove the local cluster"
 	@echo "make controller  only what the controller of real VMs needs (Ansible, trainer grid/report; no torch, no root)"
+	@echo "make guests  qemu guests booted from a cloud image as OpenNebula boots VMs (PEERS=2; docs/real-vms.md)"
 	@echo "make wheelhouse  the trainer's dependencies as wheels for VMs without internet (docs/real-vms.md)"
 
 setup: apt cgroups venv image infra-setup
@@ -72,6 +78,22 @@ apt:
 	fi
 
 venv: $(VENV)/.setup-done
+
+guest-tools: apt
+	@missing=$$(for p in $(GUEST_PACKAGES); do dpkg-query -W -f='$${db:Status-Status}\n' $$p 2>/dev/null \
+	  | grep -qx installed || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# monitor and PEERS peers as qemu guests, their inventory rendered by infra/envs/guests
+PEERS ?= 2
+guests: guest-tools venv
+	scripts/guest-vms.sh up $(PEERS)
+	mkdir -p .cache/guest-vms/inventory
+	ln -sfn $(CURDIR)/inventories/opennebula/group_vars .cache/guest-vms/inventory/group_vars
+	infra/write-inventory.sh infra/envs/guests .cache/guest-vms/inventory/hosts.yml
 
 # uv installs under pip's configuration (scripts/uv_pip_install.py): it unpacks and compiles in parallel, where
 # pip takes one core (benchmarks/wheelhouse_install.py compares them). Every module is compiled at install:
@@ -152,7 +174,7 @@ MOLECULE_PASS := images/build.sh node && $(MOLECULE_NODE_PASS)
 # `benchmarks/busy_by_test.py` measures it, docs/development.md). The second lane's output is shown once both
 # are done. The load-tolerant tests marked local_lane run first in the local cluster's lane, so that the two
 # lanes end together. The tests marked extended are left out (`make test-extended`).
-SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane or extended)" tests/
+SERIAL_ALONE := pytest -m "($(SERIAL_TESTS)) and not (molecule or local_cluster or stand_in_vms or load_tolerant or local_lane or guests or extended)" tests/
 SECOND_LANE := pytest -m "(stand_in_vms or (($(SERIAL_TESTS)) and load_tolerant and not (local_cluster or local_lane))) and not extended" tests/
 LOCAL_LANE := pytest -m "(local_cluster or local_lane) and not extended" tests/
 E2E_LANES := second_log=$$(mktemp); \
@@ -162,17 +184,24 @@ E2E_LANES := second_log=$$(mktemp); \
 	wait $$second; second=$$?; cat "$$second_log"; rm -f "$$second_log"; \
 	[ $$second = 0 ] || echo "the second lane (stand-in VMs, load-tolerant tests) failed"; \
 	[ $$lane = 0 ] && exit $$second; exit $$lane
+# The qemu guests' tests (marker guests) last and alone: emulated guests take every core they get. Their cloud
+# image is built beside the parallel pass (images/cloud-image.sh; nothing to do when it is current).
+GUESTS_PASS := pytest -m "guests and not extended" tests/
 LINT_BESIDE := chrt --idle 0 $(MAKE) --no-print-directory lint
 # Every pass of one `make test` records its chance observations under one session (tests/conftest.py), in
 # test-results/observations/ (`python tests/observations.py` summarises the last sessions).
 # The wheelhouse the stand-in VMs' test installs from (`make wheelhouse`, the role's defaults: the one its first
 # run would build) is built beside the parallel pass, mostly a download, and is there when the lanes begin.
-test: terraform-check apt cgroups venv infra-setup
+test: terraform-check apt cgroups venv infra-setup guest-tools
 	export TESTBED_TEST_SESSION=$${TESTBED_TEST_SESSION:-$$(date -u +%Y%m%dT%H%M%SZ)}; \
 	status=0; lint_log=$$(mktemp); molecule_log=$$(mktemp); base_log=$$(mktemp); wheelhouse_log=$$(mktemp); \
+	cloud_log=$$(mktemp); \
 	( $(MOLECULE_PASS) ) > "$$molecule_log" 2>&1 & molecule=$$!; \
+	images/cloud-image.sh > "$$cloud_log" 2>&1 & cloud=$$!; \
 	$(MAKE) --no-print-directory wheelhouse > "$$wheelhouse_log" 2>&1 & wheelhouse=$$!; \
 	$(PARALLEL_PASS) || status=$$?; \
+	wait $$cloud || { status=$$?; echo "images/cloud-image.sh failed:"; }; \
+	cat "$$cloud_log"; rm -f "$$cloud_log"; \
 	( images/build.sh base && $(MOLECULE_BASE_PASS) ) > "$$base_log" 2>&1 & base=$$!; \
 	wait $$molecule || { status=$$?; echo "the image build or the node image's Molecule scenarios failed:"; }; \
 	cat "$$molecule_log"; rm -f "$$molecule_log"; \
@@ -185,6 +214,7 @@ test: terraform-check apt cgroups venv infra-setup
 	( $(E2E_LANES) ) || status=$$?; \
 	wait $$lint || { status=$$?; echo "make lint failed:"; }; \
 	cat "$$lint_log"; rm -f "$$lint_log"; \
+	$(GUESTS_PASS) || status=$$?; \
 	exit $$status
 
 # The images (as `make image`) and every Molecule scenario.

@@ -8,7 +8,14 @@ import shutil
 import pytest
 from terraform_harness import INFRA, PROVIDER_ADDRESS, Terraform, terraform_binary
 
-CONFIGURATIONS = ["modules/cluster", "modules/ansible_inventory", "envs/example"]
+CONFIGURATIONS = [
+    "modules/cluster",
+    "modules/ansible_inventory",
+    "modules/vm_context",
+    "envs/example",
+    "envs/standin",
+    "envs/guests",
+]
 
 
 def test_terraform_fmt_is_clean(tmp_path):

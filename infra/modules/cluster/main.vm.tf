@@ -10,17 +10,8 @@ resource "opennebula_virtual_machine" "node" {
   vcpu        = each.value.vcpus
   memory      = each.value.memory_mb
 
-  # USERNAME: the login user, made with sudo and the keys by OpenNebula's context packages and by cloud-init's
-  # OpenNebula datasource alike (root: the keys go to root, no user is made)
-  context = merge(
-    {
-      NETWORK        = "YES"
-      SET_HOSTNAME   = each.key
-      SSH_PUBLIC_KEY = join("\n", [for key in var.ssh_public_keys : trimspace(key)])
-      TESTBED_ROLE   = each.value.role
-    },
-    var.ssh_user == "root" ? {} : { USERNAME = var.ssh_user },
-  )
+  # the CONTEXT section (infra/modules/vm_context says which reader uses which key)
+  context = module.context.values[each.key]
 
   os {
     arch = "x86_64"
@@ -51,4 +42,12 @@ resource "opennebula_virtual_machine" "node" {
 
   # The NIC takes its address from the range, which must exist first.
   depends_on = [opennebula_virtual_network_address_range.cluster]
+}
+
+module "context" {
+  source = "../vm_context"
+
+  hosts           = { for name, host in local.hosts : name => host.role }
+  ssh_user        = var.ssh_user
+  ssh_public_keys = var.ssh_public_keys
 }
