@@ -267,4 +267,5 @@ def main(args: argparse.Namespace) -> int:
         playbooks=playbooks,
         sitting=args.sitting,
         again=again,
+        revision=code_revision(playbooks.project_dir),
     ).run()

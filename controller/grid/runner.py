@@ -322,13 +322,17 @@ class GridRunner:
         clock: Callable[[], float] = time.monotonic,
         sitting: float | None = None,
         again: frozenset[str] = frozenset(),
+        revision: str | None = None,
     ) -> None:
         """:param sitting: seconds this sitting may take: no run starts that its estimate says would end
         after them (a run of a shape not yet priced starts while any time is left); None: no limit
-        :param again: complete runs to set aside and run again (``--again``)"""
+        :param again: complete runs to set aside and run again (``--again``)
+        :param revision: the commit of the code the runs run (:func:`code_revision`; what ``--again`` is once
+            for)"""
         self.grid = grid
         self.sitting = sitting
         self.again = again
+        self.revision = revision
         self.runs = runs
         self.results_dir = results_dir
         self.playbooks = playbooks
@@ -340,7 +344,7 @@ class GridRunner:
         print(message, file=self.out, flush=True)
 
     def run(self) -> int:
-        revision = code_revision(self.playbooks.project_dir)
+        revision = self.revision
         again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again, revision)
         for run in self.runs:
             why = again.get(run.experiment_id)
