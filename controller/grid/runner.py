@@ -344,15 +344,14 @@ class GridRunner:
         print(message, file=self.out, flush=True)
 
     def run(self) -> int:
-        revision = self.revision
-        again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again, revision)
+        again = to_run_again(self.grid, self.runs, self.results_dir, self.status, self.again, self.revision)
         for run in self.runs:
             why = again.get(run.experiment_id)
             if why:
                 record = self.status.runs[run.experiment_id]
                 kept = self._set_aside(run, len(record.set_aside) + 1)
                 entry = {"path": str(kept), "why": why, "finished": record.finished, "at": time.time()}
-                record.set_aside.append({**entry, "revision": revision} if why == ASKED_AGAIN else entry)
+                record.set_aside.append({**entry, "revision": self.revision} if why == ASKED_AGAIN else entry)
                 self.status.update(run, status="pending", message=f"{why}: set aside in {kept}, to run again")
                 self.say(f"grid: {run.experiment_id}: {why}: set aside in {kept}, to run again")
         done = [run for run in self.runs if experiment_complete(self.results_dir, run.experiment_id)]

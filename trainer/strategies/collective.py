@@ -207,9 +207,9 @@ class CollectiveStrategy:
         loss.backward()
 
     def zero_grad(self) -> None:
-        # freed, as the baseline, torch's default and the calibration's probe do: zeroing them in place made
-        # backward accumulate into them, and a ResNet18 rank trained 0.66-0.86 of the probe's samples per CPU
-        # second (`benchmarks/collective_thread_speed.py` measures the two)
+        # freed, as the baseline, torch's default and the calibration's probe do: zeroed in place, backward
+        # adds into them, and a ResNet18 rank's training thread takes about 1.3x the CPU a sample
+        # (`python benchmarks/collective_thread_speed.py --ranks 4` measures the two)
         self._ready().zero_grad(set_to_none=True)
 
     def _wants_stop(self) -> bool:
