@@ -40,7 +40,7 @@ LOCAL_VCPU_BUDGET = 16
 # The CPU probe before a run (playbooks/cpu.yml) is a check, not an experiment of its own.
 MAX_CPU_PROBE_SECONDS = 120
 # Per-host link settings: from -e for every peer, or as host variables in the inventory (docs/network.md).
-LINK_FIELDS = ("bandwidth_mbit", "latency_ms")
+LINK_FIELDS = ("bandwidth_mbit", "latency_ms", "jitter_ms")
 # Prices, per host or from -e for every host, in the host's plan where set: the report's cost (docs/cost.md).
 PRICE_FIELDS = ("price_per_vcpu_hour", "price_per_gb_egress")
 
@@ -127,7 +127,7 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
 
     ``raw``: the playbook variables as given (missing ones as UNSET or absent).
     ``inventory``: ``peers`` (ordered host names), ``hostvars`` (per host: cluster_address, vcpus, memory_mb,
-    bandwidth_mbit, latency_ms, the prices), ``can_delay`` (the local kernel has netem), ``shaped_non_peers``
+    bandwidth_mbit, latency_ms, jitter_ms, the prices), ``shaped_non_peers``
     (hosts outside group peers that carry link settings), ``monitors`` (the inventory's monitor hosts),
     ``local`` (bool, the embedded local cluster), ``host_cores`` (the controller's cores), ``machine`` (the
     controller's, experiment/machine.py: a controller that is not Linux is refused), ``timestamp`` (UTC,
@@ -136,7 +136,8 @@ def testbed_experiment(raw: dict[str, Any], inventory: dict[str, Any]) -> dict[s
     Returns ``errors`` (empty when everything is valid), ``settings`` (every variable, typed, with defaults),
     ``experiment_id``, ``hosts`` (the peers used, in order), ``dht_host`` (the host of the DHT-only bootstrap
     node, None when the first peer bootstraps), ``plan`` (per host: address, vcpus, cpus_limit,
-    threads, memory_mb, cpuset (always None: no pinning), bandwidth_mbit, latency_ms), ``trainer_settings``,
+    threads, memory_mb, cpuset (always None: no pinning), bandwidth_mbit, latency_ms, jitter_ms),
+    ``trainer_settings``,
     ``warnings``.
 
     >>> hosts = ["peer-01", "peer-02"]
@@ -308,14 +309,9 @@ def _place(
     given_for_all = any(raw.get(name) not in (None, "", UNSET) for name in LINK_FIELDS)
     for host in [] if given_for_all else inventory.get("shaped_non_peers") or []:
         errors.append(f"{host} has link settings ({'/'.join(LINK_FIELDS)}) but is not in group peers")
-    if local and not inventory.get("can_delay", False):
-        delayed = [host for host in hosts if links[host]["latency_ms"]]
-        if delayed:
-            errors.append(
-                f"latency_ms cannot be emulated on the local cluster: this kernel has no netem (tc qdisc "
-                f"netem); {', '.join(delayed)} asked for it. Leave latency_ms out here, or run on VMs whose "
-                "kernel has netem"
-            )
+    jittered = [host for host in hosts if links[host]["jitter_ms"] and not links[host]["latency_ms"]]
+    if jittered:
+        errors.append(f"jitter_ms needs a latency_ms above 0 on the same host ({', '.join(jittered)})")
     return hosts, declared, links, prices
 
 

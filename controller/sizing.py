@@ -409,13 +409,23 @@ def _cpu_scale(
 
 def _dilated_links(links: dict[str, float | None], dilation: float) -> dict[str, float | None]:
     """A host's link as applied, with the modelled link beside it when dilated: the rate / D (the modelled
-    default 1 Gbit/s where none is given), the delay x D."""
+    default 1 Gbit/s where none is given), the delay and its jitter x D.
+
+    >>> _dilated_links({"bandwidth_mbit": 100.0, "latency_ms": 5.0, "jitter_ms": 0.5}, 8.0)["jitter_ms"]
+    4.0
+    """
     if dilation == 1.0:
         return dict(links)
     modelled_rate = links["bandwidth_mbit"] or MODELLED_LINK_MBIT
+
+    def stretched(name: str) -> float | None:
+        return None if links.get(name) is None else round(links[name] * dilation, 3)
+
     return {
         "bandwidth_mbit": round(modelled_rate / dilation, 3),
-        "latency_ms": None if links["latency_ms"] is None else round(links["latency_ms"] * dilation, 3),
+        "latency_ms": stretched("latency_ms"),
+        "jitter_ms": stretched("jitter_ms"),
         "modelled_bandwidth_mbit": modelled_rate,
         "modelled_latency_ms": links["latency_ms"],
+        "modelled_jitter_ms": links.get("jitter_ms"),
     }

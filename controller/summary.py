@@ -57,8 +57,9 @@ def testbed_host_records(
     plan: dict[str, dict[str, Any]], hostvars: Any, entries: list[dict[str, Any]] | None = None
 ) -> dict[str, dict[str, Any]]:
     """experiment.json's ``hosts``: the plan per host, the kernel the run play saw, the link shaping applied
-    and removed, the CPU the host's trainer received (its summary's ``cpu_received``) and the CPU it received
-    under full load before the run (``cpu_probe``, playbooks/cpu.yml; None where none ran)."""
+    and removed (with the user-space delay's counts), the CPU the host's trainer received (its summary's
+    ``cpu_received``) and the CPU it received under full load before the run (``cpu_probe``,
+    playbooks/cpu.yml; None where none ran)."""
     received = {e["peer"]: (e.get("summary") or {}).get("cpu_received") for e in entries or []}
     records = {}
     for host, entry in plan.items():
@@ -67,7 +68,12 @@ def testbed_host_records(
         run = facts.get("testbed_run_record") or {}
         record["kernel"] = run.get("kernel", "")
         if facts.get("link_shaping_applied"):
-            record["link"] = {**facts["link_shaping_applied"], "after_run": facts.get("link_shaping_removed")}
+            record["link"] = {
+                **facts["link_shaping_applied"],
+                "after_run": facts.get("link_shaping_removed"),
+                # the user-space delay's packets and drops as its queue counted them (None: netem, no delay)
+                "delay_counts": facts.get("link_shaping_delay_counts"),
+            }
         record["cpu_received"] = received.get(host) or received.get("baseline")  # a baseline: "baseline"
         record["cpu_probe"] = facts.get("testbed_cpu_probe") or None
         records[host] = record

@@ -375,7 +375,15 @@ VARIABLES: tuple[Variable, ...] = (
         "latency_ms",
         "float0",
         None,
-        "egress delay of every peer (or per host; needs netem)",
+        "one-way delay added to every peer's cluster traffic, ms (or per host; netem, or the user-space "
+        "delay where the kernel has none: docs/network.md)",
+        defines_setting=True,
+    ),
+    Variable(
+        "jitter_ms",
+        "float0",
+        None,
+        "standard deviation of that delay, ms (a normal distribution; needs latency_ms)",
         defines_setting=True,
     ),
     Variable(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class Experiment:
     complete: bool
     peers: list[PeerRun] = field(default_factory=list)
     bandwidth_bytes_per_second: float | None = None
+    #: the median of the bandwidth probe's one-byte round trips, ms (experiment.json's network.round_trip_ms)
+    round_trip_ms: float | None = None
     #: experiment.json's ``hosts``: per peer its plan (vcpus, bandwidth_mbit, ...) and the CPU it received
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: experiment.json's ``faults``: each planned fault with its status and actual times (docs/faults.md)
@@ -222,6 +225,7 @@ def load_experiment(path: Path) -> Experiment | None:
     complete = is_true(document["complete"]) if "complete" in document else all(p.complete for p in peers)
     network = document.get("network")
     bandwidth = network.get("bandwidth_bytes_per_second") if isinstance(network, dict) else None
+    trips = network.get("round_trip_ms") if isinstance(network, dict) else None
     experiment = Experiment(
         experiment_id=str(document.get("experiment_id") or path.name),
         path=path,
@@ -229,6 +233,7 @@ def load_experiment(path: Path) -> Experiment | None:
         complete=complete,
         peers=peers,
         bandwidth_bytes_per_second=float(bandwidth) if bandwidth else None,
+        round_trip_ms=statistics.median(float(ms) for ms in trips) if trips else None,
         hosts=hosts if isinstance(hosts := document.get("hosts"), dict) else {},
         faults=[f for f in document.get("faults") or [] if isinstance(f, dict)],
         compute=compute if isinstance(compute := document.get("compute"), dict) else None,
@@ -376,11 +381,12 @@ def in_modelled_time(experiment: Experiment, factor: float) -> Experiment:
         )
         for p in experiment.peers
     ]
-    bandwidth = experiment.bandwidth_bytes_per_second
+    bandwidth, round_trip = experiment.bandwidth_bytes_per_second, experiment.round_trip_ms
     return dataclasses.replace(
         experiment,
         peers=peers,
         bandwidth_bytes_per_second=None if bandwidth is None else bandwidth * factor,
+        round_trip_ms=None if round_trip is None else round_trip / factor,
         faults=[fault(record) for record in experiment.faults],
         time_dilation=factor,
     )

@@ -71,6 +71,9 @@ def network_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
                 "measured_mbit": e.bandwidth_bytes_per_second * 8 / 1e6
                 if e.bandwidth_bytes_per_second
                 else None,
+                # the delay asked for (one way) and the round trip the probe measured, both modelled
+                "latency_ms": float(e.settings.get("latency_ms") or 0.0),
+                "round_trip_ms": e.round_trip_ms,
                 **{f"{part}_share": share for part, share in shares.items()},
                 "samples_per_second": rows[e.experiment_id]["samples_per_second"],
                 "bound": max(known, key=known.__getitem__) if known else None,
@@ -78,7 +81,15 @@ def network_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
         )
     table.sort(key=lambda row: (row["setting"].rsplit(" ", 1)[0], row["peers"], row["bandwidth_mbit"]))
     columns = (
-        *("experiment_id", "setting", "peers", "bandwidth_mbit", "measured_mbit"),
+        *(
+            "experiment_id",
+            "setting",
+            "peers",
+            "bandwidth_mbit",
+            "measured_mbit",
+            "latency_ms",
+            "round_trip_ms",
+        ),
         *(f"{part}_share" for part in BOUND_PARTS),
         *("samples_per_second", "bound"),
     )

@@ -90,30 +90,73 @@ def test_a_guest_is_a_stock_cgroup_v2_systemd_host(guests):
         pytest.fail(f"units failed on a fresh guest: {failed}")
 
 
-def test_the_reach_play_logs_in_as_the_contexts_user(guests):
-    """The playbook's first play reaches both guests from the inventory Terraform rendered for them."""
-    inventory = guests.work / "inventory"
-    inventory.mkdir(exist_ok=True)
-    link = inventory / "group_vars"
+@pytest.fixture(scope="module")
+def inventory(guests):
+    """The inventory Terraform renders for the guests (infra/envs/guests), and an SSH config that keeps their
+    host keys, new at every boot, in a file of the test's (the inventory's accept-new stays)."""
+    directory = guests.work / "inventory"
+    directory.mkdir(exist_ok=True)
+    link = directory / "group_vars"
     if not link.exists():
         link.symlink_to(REPO / "inventories" / "opennebula" / "group_vars")
     subprocess.run([str(REPO / "infra" / "write-inventory.sh"), str(REPO / "infra" / "envs" / "guests"),
-                    str(inventory / "hosts.yml")], cwd=REPO, env=guests.env, check=True,
+                    str(directory / "hosts.yml")], cwd=REPO, env=guests.env, check=True,
                    capture_output=True, text=True)  # fmt: skip
-    hosts = (inventory / "hosts.yml").read_text()
-    assert all(address in hosts for address in HOSTS.values())
-    # the guests' host keys are new at every boot: known in a file of the test's (the inventory's
-    # accept-new stays)
     ssh_config = guests.work / "ssh_config"
     ssh_config.write_text(f"Host *\n  UserKnownHostsFile {guests.work / 'known_hosts'}\n  BatchMode yes\n")
-    reach = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory / "hosts.yml"), "playbooks/validate.yml",
-         "playbooks/reach.yml", "-e", "peers=1", "--private-key", str(guests.key),
+    return directory / "hosts.yml", ssh_config
+
+
+def _playbook(guests, inventory, *args: str) -> subprocess.CompletedProcess:
+    hosts, ssh_config = inventory
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(hosts), *args, "--private-key", str(guests.key),
          "-e", f"ansible_ssh_extra_args='-F {ssh_config}'"],
         cwd=REPO, env=guests.env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
+
+
+def test_the_reach_play_logs_in_as_the_contexts_user(guests, inventory):
+    """The playbook's first play reaches both guests from the inventory Terraform rendered for them."""
+    hosts = inventory[0].read_text()
+    assert all(address in hosts for address in HOSTS.values())
+    reach = _playbook(guests, inventory, "playbooks/validate.yml", "playbooks/reach.yml", "-e", "peers=1")
     assert reach.returncode == 0, reach.stdout[-3000:] + reach.stderr[-2000:]
     assert "unreachable=0" in reach.stdout and "failed=0" in reach.stdout
+
+
+def _connect_ms(guests) -> float:
+    """The median of ten TCP connects from the monitor to peer-01's SSH port: one round trip each, ms."""
+    script = (
+        "import socket, statistics, time\n"
+        "times = []\n"
+        "for _ in range(10):\n"
+        "    started = time.monotonic()\n"
+        f"    socket.create_connection(('{HOSTS['peer-01']}', 22), timeout=10).close()\n"
+        "    times.append(1000 * (time.monotonic() - started))\n"
+        "print(statistics.median(times))\n"
+    )
+    said = guests.ssh("monitor", f'python3 -c "{script}"')
+    assert said.returncode == 0, said.stderr
+    return float(said.stdout)
+
+
+def test_a_guests_kernel_delays_with_netem(guests, inventory):
+    """Where the kernel has netem (the guests' Debian kernel), link_shaping's auto method uses it: 20 ms on
+    each guest's egress puts at least 40 ms into a round trip between them, and removing it takes it out."""
+    cidr = ["-e", f"guest_cidr={SUBNET}.0/24"]
+    applied = _playbook(
+        guests, inventory, "tests/e2e/playbooks/guest-link.yml", "-e", "link_action=apply", *cidr
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    assert applied.stdout.count("delay_method=netem") == 2, applied.stdout[-3000:]
+    delayed = _connect_ms(guests)
+    removed = _playbook(
+        guests, inventory, "tests/e2e/playbooks/guest-link.yml", "-e", "link_action=remove", *cidr
+    )
+    assert removed.returncode == 0, removed.stdout[-3000:] + removed.stderr[-2000:]
+    undelayed = _connect_ms(guests)
+    assert delayed >= 40 > undelayed, (delayed, undelayed)
 
 
 def test_down_leaves_nothing(guests):

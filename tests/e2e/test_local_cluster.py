@@ -265,7 +265,8 @@ def test_a_run_interrupted_in_its_probe_then_in_its_training_leaves_nothing_behi
 # last peer is a slower volunteer (half the vCPUs, half the bandwidth), per host from the inventory.
 PEERS = ["peer-01", "peer-02", "peer-03", "peer-04"]
 FAST_PEER = {"vcpus": 4, "bandwidth_mbit": 100}
-SLOW_PEER = {"vcpus": 2, "bandwidth_mbit": 50}
+# the slow peer's link also delays what it receives, with jitter (no netem here: the user-space delay)
+SLOW_PEER = {"vcpus": 2, "bandwidth_mbit": 50, "latency_ms": 10, "jitter_ms": 1}
 
 
 @dataclass
@@ -471,6 +472,16 @@ def test_four_peers_one_slower_from_cephfs_with_monitoring(four_peers, chance):
         assert rate == (SLOW_PEER if peer == "peer-04" else FAST_PEER)["bandwidth_mbit"], (peer, rate)
         assert "tbf" in link["qdisc"] and f"rate {rate:g}Mbit" in link["qdisc"], link
         assert "tbf" not in link["after_run"], link
+        delayed = peer == "peer-04"
+        assert link["delay_method"] == ("nfqueue" if delayed else "none"), (peer, link)
+        assert (link["delay_counts"] is not None) == delayed, (peer, link)
+    # what arrived at peer-04 from the cluster waited in its delay (dropping none), and the probe's round
+    # trips from peer-04 to peer-01 carried the delay of their way back
+    counts = hosts["peer-04"]["link"]["delay_counts"]
+    assert counts["packets"] > 100 and counts["dropped"] == 0, counts
+    assert "--queue-num 7" in hosts["peer-04"]["link"]["delay_rules"]
+    trips, slow = experiment["network"]["round_trip_ms"], hosts["peer-04"]
+    assert len(trips) == 10 and min(trips) >= slow["latency_ms"] - 5 * slow["jitter_ms"], trips
     network = experiment["network"]
     assert (network["from"], network["to"]) == ("peer-04", "peer-01"), network
     assert int(network["bytes"]) > 0, network

@@ -58,11 +58,11 @@ SETTINGS_CASES = [
         "dht_bootstrap=monitor needs strategy hivemind (only Hivemind peers join a DHT)",
     ),
 ]
-# Found by the playbook: the inventory's size (the real local inventory), this kernel's netem (the playbook's
-# probe in a throwaway network namespace), the faults and the cross traffic (their own checks in plan.yml).
+# Found by the playbook: the inventory's size (the real local inventory), the faults and the cross traffic
+# (their own checks in plan.yml).
 PLAYBOOK_CASES = [
     ({"peers": 17}, "peers=17 but the inventory has only 16 hosts in group peers"),
-    ({"latency_ms": 10}, "latency_ms cannot be emulated on the local cluster: this kernel has no netem"),
+    ({"jitter_ms": 2}, "jitter_ms needs a latency_ms above 0 on the same host (peer-01, peer-02, "),
     (
         # every bad fault in one message: unknown kind, host not in the run, no duration, past the run's
         # end, two faults on one host at once
@@ -263,14 +263,24 @@ def test_heterogeneous_peers_keep_their_ratio_and_their_links():
         ({"latency_ms": "-1"}, {}, {}, "latency_ms must be a number >= 0 (got '-1')"),
         ({}, {"peer_02": {"bandwidth_mbit": "0"}}, {}, "peer-02: bandwidth_mbit must be a positive number"),
         ({}, {}, {"shaped_non_peers": ["peer-99"]}, "peer-99 has link settings"),
-        ({}, {"peer_01": {"latency_ms": "20"}}, {}, "latency_ms cannot be emulated on the local cluster"),
+        ({"jitter_ms": "-1"}, {}, {}, "jitter_ms must be a number >= 0 (got '-1')"),
+        (
+            {},
+            {"peer_01": {"jitter_ms": "2"}},
+            {},
+            "jitter_ms needs a latency_ms above 0 on the same host (peer-01)",
+        ),
     ],
 )
 def test_bad_link_settings_are_refused(raw, per_host, extra, message):
     validation = _load_validation()
     inventory = {**_local_inventory(2, **per_host), **extra}
     hostvars = inventory["hostvars"]
-    for name in ("bandwidth_mbit", "latency_ms"):  # -e reaches every host's hostvars, as in Ansible
+    for name in (
+        "bandwidth_mbit",
+        "latency_ms",
+        "jitter_ms",
+    ):  # -e reaches every host's hostvars, as in Ansible
         if name in raw:
             for host in hostvars:
                 hostvars[host][name] = raw[name]
@@ -339,15 +349,18 @@ def test_a_dht_node_on_the_monitor_host_needs_one():
     assert "dht_bootstrap" not in placed["trainer_settings"]  # the playbook's business, not the trainer's
 
 
-def test_latency_is_accepted_where_the_kernel_can_delay():
+def test_latency_and_jitter_are_planned_and_dilated_on_the_local_cluster():
     validation = _load_validation()
-    inventory = {**_local_inventory(2, peer_01={"latency_ms": "20"}), "can_delay": True}
+    inventory = _local_inventory(2, peer_01={"latency_ms": "20", "jitter_ms": "2"})
     result = validation.testbed_experiment({"peers": "2", "time_dilation": "off"}, inventory)
     assert result["errors"] == [] and result["plan"]["peer-01"]["latency_ms"] == 20.0
     dilated = validation.testbed_experiment({"peers": "2", "time_dilation": "10"}, inventory)
     assert dilated["errors"] == [], dilated["errors"]
     assert dilated["plan"]["peer-01"]["latency_ms"] == 200.0
     assert dilated["plan"]["peer-01"]["modelled_latency_ms"] == 20.0
+    assert (
+        dilated["plan"]["peer-01"]["jitter_ms"] == 20.0 and dilated["plan"]["peer-02"]["latency_ms"] is None
+    )
 
 
 def test_unknown_names_are_refused_with_the_closest_known_ones(tmp_path):

@@ -28,6 +28,16 @@ def test_send_reports_what_the_server_received():
     assert received == [result["bytes"]] and result["bytes"] >= netprobe.CHUNK
     assert result["seconds"] >= 0.3
     assert result["bytes_per_second"] == pytest.approx(result["bytes"] / result["seconds"])
+    assert len(result["round_trip_ms"]) == 10 and all(0 < ms < 1000 for ms in result["round_trip_ms"])
+
+
+def test_no_round_trips_when_none_are_asked_for():
+    port, received = free_port(), []
+    server = threading.Thread(target=lambda: received.append(netprobe.serve("127.0.0.1", port, timeout=20)))
+    server.start()
+    result = netprobe.send("127.0.0.1", port, seconds=0.1, pings=0)
+    server.join(timeout=20)
+    assert received == [result["bytes"]] and result["round_trip_ms"] == []
 
 
 def test_command_line_prints_one_json_line():
@@ -51,6 +61,7 @@ def test_no_server_is_an_error_after_the_connect_timeout():
 def test_bad_flags_are_one_line_errors():
     for flags, message in (
         (["send", "--to", "127.0.0.1", "--seconds", "0"], "--seconds must be positive"),
+        (["send", "--to", "127.0.0.1", "--pings", "256"], "--pings within 0-255"),
         (["send"], "the following arguments are required: --to"),
         (["listen"], "invalid choice: 'listen'"),
     ):
