@@ -54,12 +54,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_delays(net: ShapedNamespaces, one_way_ms: float, jitter_ms: float) -> list[subprocess.Popen]:
+def _start_delays(
+    net: ShapedNamespaces, one_way_ms: float, jitter_ms: float, on_send: bool = False
+) -> list[subprocess.Popen]:
     delays = []
     for index in range(net.peers):
         argv = [sys.executable, str(PROGRAM), "--queue", str(QUEUE), "--delay-ms", str(one_way_ms),
                 "--jitter-ms", str(jitter_ms), "--interface", "eth0", "--source", f"{net.subnet}.0/24",
-                "--seed", str(index)]  # fmt: skip
+                "--seed", str(index), *(["--on-send"] if on_send else [])]  # fmt: skip
         delays.append(subprocess.Popen(net.command(index, argv), stdout=subprocess.PIPE, text=True))
     deadline = time.monotonic() + 20
     for index in range(net.peers):  # ready once the program put its rule in place
@@ -107,8 +109,8 @@ def measure(net: ShapedNamespaces, pings: int, seconds: float) -> dict:
     iperf_server = subprocess.Popen(net.command(1, ["iperf3", "-s", "-1", "-B", address, "-p", "5302"]),
                                     stdout=subprocess.DEVNULL)  # fmt: skip
     time.sleep(0.5)
-    client = subprocess.run(net.command(0, ["iperf3", "-c", address, "-p", "5302", "-t", str(seconds), "-J"]),
-                            capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    stream = ["iperf3", "-c", address, "-p", "5302", "-t", str(max(1, round(seconds))), "-J"]  # whole seconds
+    client = subprocess.run(net.command(0, stream), capture_output=True, text=True, timeout=300, check=True)
     iperf_server.wait(timeout=60)
     iperf = json.loads(client.stdout)["end"]["sum_sent"]
     return {"netprobe": netprobe, "iperf3_mbit": iperf["bits_per_second"] / 1e6,
@@ -116,13 +118,13 @@ def measure(net: ShapedNamespaces, pings: int, seconds: float) -> dict:
 
 
 def run_setting(rate_mbit: float, round_trip_ms: float, jitter_fraction: float, dilation: float, pings: int,
-                seconds: float) -> dict:  # fmt: skip
+                seconds: float, on_send: bool = False) -> dict:  # fmt: skip
     """One modelled link (rate, round trip, jitter as a fraction of the one-way delay), at D."""
     one_way = round_trip_ms / 2 * dilation
     jitter = one_way * jitter_fraction
     host_rate = rate_mbit / dilation
     with ShapedNamespaces(peers=2, rate_mbit=host_rate) as net:
-        delays = _start_delays(net, one_way, jitter) if one_way > 0 else []
+        delays = _start_delays(net, one_way, jitter, on_send) if one_way > 0 else []
         cpu = [_cpu_seconds(process.pid) for process in delays]
         measured = measure(net, pings, seconds)
         counts = _stop_delays(delays, cpu)
@@ -153,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pings", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=5.0, help="each throughput measurement's length")
     parser.add_argument("--out", type=Path, help="the results as JSON")
+    parser.add_argument(
+        "--on-send",
+        action="store_true",
+        help="delay what each peer sends instead of what it receives (what TCP Small Queues do to that)",
+    )
     args = parser.parse_args(argv)
     benchmark_preflight(parser.error)
     if args.dilation < 1 or args.rate_mbit <= 0 or not 2 <= args.pings <= 255:
@@ -160,14 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     round_trips = [float(value) for value in args.round_trips_ms.split(",")]
     fractions = [float(value) for value in args.jitter_fractions.split(",")]
     results = []
-    print(f"modelled link {args.rate_mbit:g} Mbit/s at D={args.dilation:g} (applied: rate / D, delay x D); "
-          "round trips of this machine, ms")  # fmt: skip
+    where = "on what each peer sends" if args.on_send else "on what each peer receives"
+    print(f"modelled link {args.rate_mbit:g} Mbit/s at D={args.dilation:g} (applied: rate / D, delay x D, "
+          f"{where}); round trips of this machine, ms")  # fmt: skip
     print(f"{'RTT set':>8} {'jitter':>7} {'median':>8} {'p5':>8} {'p95':>8} {'sd':>6} {'sd set':>6} "
           f"{'iperf3 / rate':>13} {'retr':>5} {'netprobe / rate':>15}")  # fmt: skip
     for round_trip in round_trips:
         for fraction in fractions if round_trip > 0 else [0.0]:
             result = run_setting(
-                args.rate_mbit, round_trip, fraction, args.dilation, args.pings, args.seconds
+                args.rate_mbit, round_trip, fraction, args.dilation, args.pings, args.seconds, args.on_send
             )
             results.append(result)
             rtt, rate = result["round_trip_ms"], result["applied"]["rate_mbit"]
@@ -180,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'':8} {line}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"dilation": args.dilation, "results": results}, indent=1) + "\n")
+        document = {"dilation": args.dilation, "on_send": args.on_send, "results": results}
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
     return 0
 
 

@@ -33,6 +33,7 @@ from controller.report.metrics import (
     default_targets,
     loss_curve,
     make_table,
+    median,
     model_bytes,
     target_for,
     time_to_accuracy,
@@ -158,6 +159,16 @@ def _experiment_row(analysis: Analysis, e: Experiment) -> dict[str, Any]:
         "sent_bytes_per_sample": sent_bytes_per_sample(e),
         "hivemind_bytes_per_sample": hivemind_bytes_per_sample(e),
         "link_mbit": link_mbit(e),
+        # the median all-reduce of its ok gradient rounds (modelled s): what added delay lengthens
+        "allreduce_seconds": median(
+            [
+                r["allreduce_seconds"]
+                for r in rounds
+                if r.get("kind") == "gradients"
+                and r.get("outcome") == "ok"
+                and r.get("allreduce_seconds") is not None
+            ]
+        ),
         # what else the machine did meanwhile: the cores its other processes took, the load at the end
         "host_other_cores": (e.host_load or {}).get("other_cores"),
         "host_load_end": ((e.host_load or {}).get("load_average_end") or [None])[0],

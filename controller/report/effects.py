@@ -22,7 +22,7 @@ from controller.report.metrics import (
 
 EFFECT_FACTORS = (
     *("target_batch_size", "local_updates", "peers", "batch_size", "learning_rate"),
-    *("compression", "cross_traffic"),
+    *("compression", "cross_traffic", "latency_ms"),
 )
 EFFECT_METRICS = (
     "time_to_target_seconds",
@@ -35,6 +35,8 @@ EFFECT_METRICS = (
     "sent_bytes_per_sample",
     "hivemind_bytes_per_sample",
     "link_mbit",
+    # the median all-reduce of the ok gradient rounds (modelled s): what added delay lengthens
+    "allreduce_seconds",
 )
 #: the level every other level of a factor is compared with, where it is not the first in order; an unset
 #: factor (no cross traffic) is the level "none"
@@ -87,7 +89,7 @@ def effects_table(analysis: Analysis, rows: dict[str, dict[str, Any]]) -> Table:
             if not e.is_noise_floor
             and (
                 factor in ("batch_size", "learning_rate")
-                or (factor in ("peers", "cross_traffic") and not e.is_baseline)
+                or (factor in ("peers", "cross_traffic", "latency_ms") and not e.is_baseline)
                 or e.strategy == "hivemind"
             )
         ]

@@ -63,7 +63,7 @@ def test_report_on_baseline_runs(baseline_results, tmp_path):
     for name in TABLES:
         assert f"`{name}.csv`" in report
     assert sorted(p.name for p in out.glob("effect_*.png")) == ["effect_learning_rate.png"]
-    unplotted = "target_batch_size, local_updates, peers, batch_size, compression, cross_traffic"
+    unplotted = "target_batch_size, local_updates, peers, batch_size, compression, cross_traffic, latency_ms"
     assert f"No plot for {unplotted}: no runs differ in one of them alone." in report
 
     # numbers by hand from the raw steps.csv

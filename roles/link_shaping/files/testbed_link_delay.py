@@ -265,8 +265,11 @@ def notify_ready() -> None:
         sock.sendto(b"READY=1", address)
 
 
-def rules(queue: int, interface: str, source: str, skip_ports: list[int]) -> list[list[str]]:
-    """The iptables commands that queue the interface's arriving packets from ``source``.
+def rules(
+    queue: int, interface: str, source: str, skip_ports: list[int], on_send: bool = False
+) -> list[list[str]]:
+    """The iptables commands that queue the interface's arriving packets from ``source`` (``on_send``: its
+    leaving packets to ``source``, only to measure what that does: the module docstring).
 
     >>> for rule in rules(7, "eth0", "10.0.0.0/24", [22]): print(" ".join(rule[4:]))
     -N TESTBED_DELAY
@@ -275,11 +278,13 @@ def rules(queue: int, interface: str, source: str, skip_ports: list[int]) -> lis
     -I PREROUTING 1 -j TESTBED_DELAY
     """
     mangle = ["iptables", "-w", "-t", "mangle"]
+    where = ("OUTPUT", "-o", "-d", "--sport") if on_send else ("PREROUTING", "-i", "-s", "--dport")
+    hook, device, peer, port = where
     return [
         [*mangle, "-N", CHAIN],
-        *([*mangle, "-A", CHAIN, "-p", "tcp", "--dport", str(port), "-j", "RETURN"] for port in skip_ports),
-        [*mangle, "-A", CHAIN, "-i", interface, "-s", source, "-j", "NFQUEUE", "--queue-num", str(queue)],
-        [*mangle, "-I", "PREROUTING", "1", "-j", CHAIN],
+        *([*mangle, "-A", CHAIN, "-p", "tcp", port, str(number), "-j", "RETURN"] for number in skip_ports),
+        [*mangle, "-A", CHAIN, device, interface, peer, source, "-j", "NFQUEUE", "--queue-num", str(queue)],
+        [*mangle, "-I", hook, "1", "-j", CHAIN],
     ]
 
 
@@ -287,8 +292,9 @@ def remove_rules() -> bool:
     """Take the chain out of PREROUTING and delete it; whether there was one."""
     mangle = ["iptables", "-w", "-t", "mangle"]
     present = subprocess.run([*mangle, "-S", CHAIN], capture_output=True).returncode == 0
-    while subprocess.run([*mangle, "-D", "PREROUTING", "-j", CHAIN], capture_output=True).returncode == 0:
-        pass
+    for hook in ("PREROUTING", "OUTPUT"):
+        while subprocess.run([*mangle, "-D", hook, "-j", CHAIN], capture_output=True).returncode == 0:
+            pass
     if present:
         subprocess.run([*mangle, "-F", CHAIN], check=True, capture_output=True)
         subprocess.run([*mangle, "-X", CHAIN], check=True, capture_output=True)
@@ -353,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interface", help="the interface whose arriving packets are delayed")
     parser.add_argument("--source", help="only packets from this network (CIDR) are delayed")
     parser.add_argument("--skip-port", type=int, action="append", default=[], help="TCP ports never delayed")
+    parser.add_argument(
+        "--on-send",
+        action="store_true",
+        help="delay what leaves instead (to measure TCP Small Queues' effect)",
+    )
     parser.add_argument("--jitter-ms", type=float, default=0.0, help="standard deviation of the delay, ms")
     parser.add_argument(
         "--max-held", type=int, default=65536, help="packets the kernel queues before it drops"
@@ -369,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     queue = Queue(args.queue, args.max_held)
     schedule = Schedule(args.delay_ms / 1000, args.jitter_ms / 1000, random.Random(args.seed))
     try:
-        add_rules(rules(args.queue, args.interface, args.source, args.skip_port))
+        add_rules(rules(args.queue, args.interface, args.source, args.skip_port, args.on_send))
     except OSError as error:
         print(f"testbed-link-delay: {error}", file=sys.stderr)
         return 1
